@@ -1,0 +1,39 @@
+"""Errors raised by npa-airflow. Messages say what happened, to which job, and what to do."""
+
+from __future__ import annotations
+
+
+class NpaError(Exception):
+    """Base class of every npa-airflow error."""
+
+
+class NpaValidationError(NpaError, ValueError):
+    """Bad input, found before any remote side effect."""
+
+
+class NpaParseError(NpaError):
+    """Output of a remote tool that could not be understood; the message quotes it."""
+
+
+class NpaRemoteError(NpaError):
+    """A remote command failed (non-zero exit, or no exit status at all)."""
+
+
+class NpaConnectionError(NpaError):
+    """No login host could be reached, or a host key did not verify."""
+
+
+class NpaHostKeyError(NpaConnectionError):
+    """The login host presented a key that is not in known_hosts (or a changed one)."""
+
+
+class NpaInfraFailure(NpaError):
+    """The job failed for an infrastructure reason; a retry (with bad nodes excluded) may succeed."""
+
+
+class NpaProgramFailure(NpaError):
+    """The job's own program failed; retrying the same input will not help."""
+
+
+class NpaAmbiguousSubmission(NpaError):
+    """sbatch may or may not have created a job, and reconciliation could not decide."""
