@@ -1,0 +1,122 @@
+"""Pure builder: check inputs, stage files and (optionally) run sbatch in ONE remote shell command.
+
+File contents travel base64-encoded on stdin, one line per file, so nothing (secrets included) ever appears on a
+command line, and binary content survives. Each file is written to a temporary name in its own directory, chmod-ed,
+then renamed into place: a reader never sees a partial file.
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from npa_airflow.exceptions import NpaParseError, NpaValidationError
+
+EXIT_MISSING_INPUTS = 3
+EXIT_STAGING_FAILED = 4
+MISSING_PREFIX = "NPA_MISSING "
+SBATCH_BEGIN = "NPA_SBATCH_BEGIN"
+SBATCH_RC_PREFIX = "NPA_SBATCH_RC "
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    path: str
+    data: bytes = field(repr=False)
+    mode: int = 0o600
+
+
+def check_remote_path(path: str, what: str = "path") -> str:
+    if not path.startswith("/"):
+        raise NpaValidationError(f"{what} {path!r} must be an absolute path on the cluster")
+    if "\n" in path or "\0" in path or "\r" in path:
+        raise NpaValidationError(f"{what} {path!r} contains a newline, carriage return or NUL byte")
+    return path
+
+
+def _existence_check(paths: Sequence[str]) -> list[str]:
+    if not paths:
+        return []
+    quoted = " ".join(shlex.quote(check_remote_path(p, "required input")) for p in paths)
+    return [
+        "missing=0",
+        f"for p in {quoted}; do",
+        f'  [ -e "$p" ] || {{ printf \'{MISSING_PREFIX}%s\\n\' "$p"; missing=1; }}',
+        "done",
+        f'[ "$missing" = 0 ] || exit {EXIT_MISSING_INPUTS}',
+    ]
+
+
+def _write_stanza(staged: StagedFile) -> str:
+    path = check_remote_path(staged.path, "staged file")
+    target = shlex.quote(path)
+    directory = shlex.quote(posixpath.dirname(path) or "/")
+    temp_pattern = shlex.quote(path + ".tmp.XXXXXX")
+    return (
+        f"IFS= read -r line || exit {EXIT_STAGING_FAILED}; "
+        f"mkdir -p -- {directory} && t=$(mktemp {temp_pattern}) && "
+        f'printf %s "$line" | base64 -d > "$t" && chmod {staged.mode:o} "$t" && mv -f -- "$t" {target} '
+        f'|| {{ rm -f -- "$t"; exit {EXIT_STAGING_FAILED}; }}'
+    )
+
+
+def build_stage(
+    files: Sequence[StagedFile], *, required_paths: Sequence[str] = (), mkdirs: Sequence[str] = ()
+) -> tuple[str, bytes]:
+    """Command and stdin that check ``required_paths`` exist, create ``mkdirs`` and write ``files`` atomically."""
+    lines = ["set -u", *_existence_check(required_paths), "umask 077"]
+    for directory in mkdirs:
+        lines.append(
+            f"mkdir -p -- {shlex.quote(check_remote_path(directory, 'directory'))} || exit {EXIT_STAGING_FAILED}"
+        )
+    lines.extend(_write_stanza(f) for f in files)
+    stdin = b"".join(base64.b64encode(f.data) + b"\n" for f in files)
+    return "\n".join(lines), stdin
+
+
+def build_stage_and_submit(
+    files: Sequence[StagedFile],
+    script_path: str,
+    *,
+    sbatch_args: Sequence[str] = (),
+    required_paths: Sequence[str] = (),
+    mkdirs: Sequence[str] = (),
+    cluster: str | None = None,
+) -> tuple[str, bytes]:
+    """Like :func:`build_stage`, then ``sbatch --parsable`` the script; sbatch's rc is reported on stdout."""
+    command, stdin = build_stage(files, required_paths=required_paths, mkdirs=mkdirs)
+    argv = ["sbatch", "--parsable", *(["-M", cluster] if cluster else []), *sbatch_args, script_path]
+    submit = [
+        f"printf '{SBATCH_BEGIN}\\n'",
+        f"{shlex.join(argv)}; rc=$?",
+        f"printf '\\n{SBATCH_RC_PREFIX}%s\\n' \"$rc\"",
+    ]
+    return command + "\n" + "\n".join(submit), stdin
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    missing: tuple[str, ...] = ()
+    sbatch_started: bool = False
+    sbatch_rc: int | None = None
+    sbatch_stdout: str = ""
+
+
+def parse_stage_output(stdout: str) -> StageOutcome:
+    missing = tuple(line[len(MISSING_PREFIX) :] for line in stdout.splitlines() if line.startswith(MISSING_PREFIX))
+    if SBATCH_BEGIN not in stdout:
+        return StageOutcome(missing=missing)
+    after = stdout.split(SBATCH_BEGIN + "\n", 1)[1] if SBATCH_BEGIN + "\n" in stdout else ""
+    rc: int | None = None
+    body = after
+    marker = "\n" + SBATCH_RC_PREFIX
+    if marker in after:
+        body, rc_text = after.rsplit(marker, 1)
+        rc_text = rc_text.strip()
+        if not rc_text.lstrip("-").isdigit():
+            raise NpaParseError(f"could not read sbatch's exit status from {after!r}")
+        rc = int(rc_text)
+    return StageOutcome(missing=missing, sbatch_started=True, sbatch_rc=rc, sbatch_stdout=body)
