@@ -1,0 +1,85 @@
+"""The stage/submit builder, executed by real local bash (the same shell the login host runs)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+
+import pytest
+
+from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.staging import (
+    EXIT_MISSING_INPUTS,
+    StagedFile,
+    build_stage,
+    build_stage_and_submit,
+    check_remote_path,
+    parse_stage_output,
+)
+
+
+def _bash(command: str, stdin: bytes, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], input=stdin, capture_output=True, env=env, check=False)
+
+
+def test_files_are_written_atomically_with_mode_and_exact_bytes(tmp_path):
+    script = tmp_path / "a" / "b" / "job.sbatch"
+    secret = tmp_path / "a" / "job.env"
+    payload = bytes(range(256)) * 3 + b"no trailing newline"
+    command, stdin = build_stage(
+        [StagedFile(str(script), b"#!/bin/bash\necho hi\n", 0o644), StagedFile(str(secret), payload, 0o600)]
+    )
+    done = _bash(command, stdin)
+    assert done.returncode == 0, done.stderr
+    assert script.read_bytes() == b"#!/bin/bash\necho hi\n"
+    assert secret.read_bytes() == payload
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(script).st_mode) == 0o644
+    assert sorted(p.name for p in secret.parent.iterdir()) == ["b", "job.env"]  # no temp files left
+
+
+def test_secret_content_never_appears_in_the_command():
+    command, stdin = build_stage([StagedFile("/x/job.env", b"export HF_TOKEN=hf_canary_123\n")])
+    assert "hf_canary_123" not in command
+    assert b"hf_canary_123" not in stdin  # base64 on stdin, not even plain there
+
+
+def test_missing_inputs_stop_before_anything_is_written(tmp_path):
+    present = tmp_path / "present"
+    present.mkdir()
+    target = tmp_path / "out" / "job.sbatch"
+    odd = str(tmp_path / "it's $(touch pwned) `x`")
+    command, stdin = build_stage(
+        [StagedFile(str(target), b"x")], required_paths=[str(present), odd, str(tmp_path / "nope")]
+    )
+    done = _bash(command, stdin)
+    assert done.returncode == EXIT_MISSING_INPUTS
+    assert parse_stage_output(done.stdout.decode()).missing == (odd, str(tmp_path / "nope"))
+    assert not target.parent.exists()
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_stage_and_submit_reports_sbatch_output_and_rc(tmp_path):
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    # A local stand-in for sbatch: prints a banner and an id like the real one with --parsable.
+    (fake_bin / "sbatch").write_text('#!/bin/bash\necho "site banner"\necho "4242;clusterA"\n')
+    (fake_bin / "sbatch").chmod(0o755)
+    script = tmp_path / "job.sbatch"
+    command, stdin = build_stage_and_submit([StagedFile(str(script), b"#!/bin/bash\n")], str(script))
+    done = _bash(command, stdin, env={**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"})
+    outcome = parse_stage_output(done.stdout.decode())
+    assert outcome.sbatch_started and outcome.sbatch_rc == 0
+    assert outcome.sbatch_stdout.strip().splitlines() == ["site banner", "4242;clusterA"]
+
+
+def test_truncated_output_has_no_rc():
+    outcome = parse_stage_output("NPA_SBATCH_BEGIN\n12")
+    assert outcome.sbatch_started and outcome.sbatch_rc is None
+
+
+@pytest.mark.parametrize("bad", ["relative/path", "/a/b\nc", "/nul\0byte", ""])
+def test_bad_remote_paths_are_refused(bad):
+    with pytest.raises(NpaValidationError):
+        check_remote_path(bad)
