@@ -1,0 +1,131 @@
+"""Fixtures for the local Slurm cluster (dev/cluster): a real cluster on loopback, driven over real SSH."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER_SCRIPT = REPO / "dev" / "cluster"
+CLUSTER_MARKERS = ("integration", "e2e")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    dir: str
+    host: str
+    port: int
+    port2: int
+    user: str
+    key_file: str
+    known_hosts: str
+    shared: str
+    results_root: str
+    sqsh_dir: str
+    conn_uri_json: str
+    slurm_conf: str
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cluster-down",
+        action="store_true",
+        default=False,
+        help="stop the local Slurm cluster (dev/cluster down) at the end of the session",
+    )
+
+
+def _cluster_env() -> dict[str, str]:
+    out = subprocess.run([str(CLUSTER_SCRIPT), "env"], check=True, capture_output=True, text=True).stdout
+    values = {}
+    for line in out.splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        values[name] = shlex.split(value)[0]
+    return values
+
+
+def _run(argv: list[str], check: bool, timeout: float, **kwargs) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{argv[-1]!r} exited {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+        )
+    return result
+
+
+def _bring_up() -> None:
+    result = subprocess.run([str(CLUSTER_SCRIPT), "up"], capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        pytest.fail(f"dev/cluster up failed (rc {result.returncode}):\n{result.stderr}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
+    """The running local cluster (brought up, or reused when already up); never torn down unless asked."""
+    _bring_up()
+    env = _cluster_env()
+    os.environ["AIRFLOW_CONN_SLURM_DEFAULT"] = env["AIRFLOW_CONN_SLURM_DEFAULT"]
+    cluster_dir = env["NPA_CLUSTER_DIR"]
+    yield ClusterInfo(
+        dir=cluster_dir,
+        host="127.0.0.1",
+        port=int(env["NPA_SSH_PORT"]),
+        port2=int(env["NPA_SSH_PORT2"]),
+        user=env["NPA_SSH_USER"],
+        key_file=env["NPA_SSH_KEY"],
+        known_hosts=env["NPA_KNOWN_HOSTS"],
+        shared=f"{cluster_dir}/shared",
+        results_root=f"{cluster_dir}/shared/results",
+        sqsh_dir=f"{cluster_dir}/shared/sqsh",
+        conn_uri_json=env["AIRFLOW_CONN_SLURM_DEFAULT"],
+        slurm_conf=env["NPA_SLURM_CONF"],
+    )
+    if request.config.getoption("--cluster-down"):
+        subprocess.run([str(CLUSTER_SCRIPT), "down"], check=True, timeout=300)
+
+
+@pytest.fixture(autouse=True)
+def _cluster_for_marked_tests(request: pytest.FixtureRequest) -> None:
+    """Tests marked integration or e2e get the cluster (and AIRFLOW_CONN_SLURM_DEFAULT) without asking."""
+    if any(request.node.get_closest_marker(name) for name in CLUSTER_MARKERS):
+        request.getfixturevalue("slurm_cluster")
+
+
+@pytest.fixture
+def cluster_ssh(slurm_cluster: ClusterInfo) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run a shell command as the cluster user through the real ssh CLI (host key checked).
+
+    Returns the CompletedProcess (text); pass check=True to fail on a non-zero exit.
+    """
+
+    def run(cmd: str, *, port: int | None = None, check: bool = False, timeout: float = 120):
+        argv = [
+            "ssh", "-F", "/dev/null", "-i", slurm_cluster.key_file, "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={slurm_cluster.known_hosts}", "-o", "ConnectTimeout=10",
+            "-p", str(port or slurm_cluster.port), f"{slurm_cluster.user}@{slurm_cluster.host}", cmd,
+        ]  # fmt: skip
+        return _run(argv, check, timeout)
+
+    return run
+
+
+@pytest.fixture
+def cluster_admin(slurm_cluster: ClusterInfo) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run a shell command locally as the Slurm administrator (root) with the cluster's SLURM_CONF.
+
+    For what the cluster user may not do, such as `scontrol update nodename=c2 state=down`.
+    Fails (AssertionError with stdout/stderr) on a non-zero exit unless check=False.
+    """
+
+    def run(cmd: str, *, check: bool = True, timeout: float = 120):
+        env = {**os.environ, "SLURM_CONF": slurm_cluster.slurm_conf}
+        return _run(["bash", "-c", cmd], check, timeout, env=env)
+
+    return run
