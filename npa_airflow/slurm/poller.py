@@ -1,0 +1,431 @@
+"""One batched poll per cluster for every waiting Slurm job in this process.
+
+Triggers register a job (and its log files) with the poller of their cluster and await updates. Each cycle
+issues ONE state query (`SlurmHook.ajob_states`: one sacct, at most one squeue fallback) for all registered
+jobs, and ONE remote command that tails all their log files from their byte offsets. The same command
+persists the offsets the triggers have already written to the task log in a small file next to the job's
+stdout (`<stdout>.npa-offsets`), so a restarted triggerer resumes the log where it stopped at no extra cost.
+
+Pollers are keyed by (event loop, connection id): a triggerer has one per cluster, `dag.test()` (a new loop
+per trigger run) gets a fresh one each time. The poll loop stops by itself when nobody is registered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import shlex
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from npa_airflow.common.states import JobState
+
+if TYPE_CHECKING:
+    from npa_airflow.slurm.commands import LogChunk, SlurmJobInfo
+
+log = logging.getLogger(__name__)
+
+FLOOR_SECONDS = 2.0  # never poll a cluster more often than this, whatever a trigger asks for
+MAX_INTERVAL_SECONDS = 60.0  # slowest cadence (long PENDING, repeated connection failures)
+FAST_WINDOW_SECONDS = 60.0  # right after submit: poll at the floor to see the first state changes quickly
+LONG_PENDING_SECONDS = 300.0  # pending longer than this: poll 4x slower (pending for hours is normal)
+IDLE_STOP_SECONDS = 5.0  # the loop ends after this long without registrations
+MAX_DRAIN_CYCLES = 20  # a finished job whose log keeps growing past max_bytes per cycle: stop after this
+OFFSETS_SUFFIX = ".npa-offsets"
+TAIL_MAX_BYTES = 1 << 20  # per file per cycle
+
+
+def offsets_file_for(stdout_path: str) -> str:
+    """Where the committed log offsets of a job are kept (next to its stdout, on shared storage)."""
+    return stdout_path + OFFSETS_SUFFIX
+
+
+@dataclass
+class LogCursor:
+    """Byte positions in one remote log file.
+
+    `read` is the next byte to fetch (advanced by the poller as soon as bytes arrive, so nothing is fetched
+    twice); `committed` is the end of what the trigger has written to the task log (persisted remotely).
+    """
+
+    path: str
+    read: int = 0
+    committed: int = 0
+    persisted: int = -1
+
+
+@dataclass(frozen=True)
+class PollUpdate:
+    """What one cycle learned about one registered job."""
+
+    cycle: int
+    state: JobState
+    info: SlurmJobInfo | None
+    chunks: tuple[LogChunk, ...] = ()
+    error: str | None = None
+    logs_drained: bool = True  # False while a finished job still has unread log bytes
+
+
+@dataclass(eq=False)
+class Registration:
+    """A trigger's subscription to one job. Hashable by identity: two triggers may watch the same job."""
+
+    job_id: str
+    cursors: list[LogCursor]
+    offsets_file: str | None
+    interval: float
+    submitted_at: float | None
+    queue: asyncio.Queue[PollUpdate] = field(default_factory=asyncio.Queue)
+    state: JobState = JobState.UNKNOWN
+    state_since: float = field(default_factory=time.monotonic)
+    ever_started: bool = False
+    offsets_loaded: bool = False
+    drain_cycles: int = 0
+
+    def commit(self, path: str, offset: int) -> None:
+        """Record that the task log now holds `path` up to byte `offset` (persisted on the next cycle)."""
+        for cursor in self.cursors:
+            if cursor.path == path and offset > cursor.committed:
+                cursor.committed = offset
+
+    def offsets_payload(self) -> str:
+        return json.dumps({c.path: c.committed for c in self.cursors}, sort_keys=True)
+
+    def desired_interval(self, now_wall: float, now_mono: float) -> float:
+        if self.submitted_at is not None and now_wall - self.submitted_at < FAST_WINDOW_SECONDS:
+            return FLOOR_SECONDS
+        if self.state is JobState.PENDING and now_mono - self.state_since > LONG_PENDING_SECONDS:
+            return min(MAX_INTERVAL_SECONDS, self.interval * 4)
+        return self.interval
+
+
+@dataclass
+class PollerStats:
+    """Counters that let tests prove coalescing without timing anything."""
+
+    cycles: int = 0
+    state_queries: int = 0
+    log_queries: int = 0
+    offset_loads: int = 0
+    failures: int = 0
+    max_jobs_per_query: int = 0
+    last_query_job_ids: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pure builders/parsers for the offsets file (kept here: only the poller uses them)
+
+
+def build_commit_offsets(entries: Sequence[tuple[str, str]]) -> str:
+    """Shell fragment that atomically writes each (offsets file, JSON payload); silent, never fails."""
+    parts = []
+    for path, payload in entries:
+        tmp = shlex.quote(path + ".tmp")
+        parts.append(
+            f"{{ printf '%s\\n' {shlex.quote(payload)} > {tmp} && mv -f {tmp} {shlex.quote(path)}; }} >/dev/null 2>&1"
+        )
+    return "; ".join(parts)
+
+
+def build_read_offsets(paths: Sequence[str]) -> str:
+    """Print each file's content (or nothing) followed by a NUL, in order."""
+    return "; ".join(f"{{ cat {shlex.quote(p)} 2>/dev/null; printf '\\0'; }}" for p in paths)
+
+
+def parse_read_offsets(stdout: bytes, paths: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Map each offsets file to its {log path: offset}; a missing or damaged file maps to {}."""
+    blobs = stdout.split(b"\0")
+    result: dict[str, dict[str, int]] = {}
+    for i, path in enumerate(paths):
+        raw = blobs[i].strip() if i < len(blobs) else b""
+        try:
+            data = json.loads(raw.decode("utf-8")) if raw else {}
+        except (UnicodeDecodeError, ValueError):
+            data = {}
+        result[path] = (
+            {str(k): int(v) for k, v in data.items() if isinstance(v, int) and v >= 0} if isinstance(data, dict) else {}
+        )
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+class SlurmPoller:
+    """Polls one cluster for every registered job; see the module docstring."""
+
+    def __init__(
+        self, conn_id: str, hook_factory: Callable[[str], Any] | None = None, *, autostart: bool = True
+    ) -> None:
+        self.conn_id = conn_id
+        self.autostart = autostart  # False: the caller drives cycle() itself (tests)
+        self._hook_factory = hook_factory or _default_hook_factory
+        self._hook: Any = None
+        self._registrations: list[Registration] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._consecutive_failures = 0
+        self.stats = PollerStats()
+
+    # -- registration ------------------------------------------------------------------------------------
+
+    @property
+    def hook(self) -> Any:
+        if self._hook is None:
+            self._hook = self._hook_factory(self.conn_id)
+        return self._hook
+
+    @property
+    def registrations(self) -> tuple[Registration, ...]:
+        return tuple(self._registrations)
+
+    def register(
+        self,
+        job_id: str,
+        *,
+        log_offsets: Sequence[tuple[str, int]] = (),
+        offsets_file: str | None = None,
+        interval: float = 15.0,
+        submitted_at: float | None = None,
+    ) -> Registration:
+        """Watch `job_id`; tail each (path, offset). With `offsets_file`, resume from its persisted offsets."""
+        cursors: list[LogCursor] = []
+        for path, offset in log_offsets:
+            if path and all(c.path != path for c in cursors):
+                cursors.append(LogCursor(path=path, read=int(offset), committed=int(offset)))
+        reg = Registration(
+            job_id=str(job_id),
+            cursors=cursors,
+            offsets_file=offsets_file,
+            interval=max(FLOOR_SECONDS, float(interval)),
+            submitted_at=submitted_at,
+            offsets_loaded=offsets_file is None or not cursors,
+        )
+        self._registrations.append(reg)
+        if self.autostart:
+            self._ensure_running()
+        self._wake.set()
+        return reg
+
+    def unregister(self, reg: Registration) -> None:
+        if reg in self._registrations:
+            self._registrations.remove(reg)
+
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"npa-slurm-poller[{self.conn_id}]")
+
+    async def flush_offsets(self, reg: Registration, timeout: float = 10.0) -> None:
+        """Persist `reg`'s committed offsets now (graceful trigger exit); best effort, bounded."""
+        if not reg.offsets_file or not reg.cursors or not reg.offsets_loaded:
+            return
+        if all(c.committed == c.persisted for c in reg.cursors):
+            return
+        cmd = build_commit_offsets([(reg.offsets_file, reg.offsets_payload())])
+        try:
+            await asyncio.wait_for(self.hook.arun(cmd, timeout=timeout, check=False), timeout)
+            for c in reg.cursors:
+                c.persisted = c.committed
+        except Exception as exc:  # never let a bookkeeping write fail the trigger
+            log.warning("Could not persist log offsets to %s: %s", reg.offsets_file, _describe(exc))
+
+    # -- the loop ----------------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        idle_since: float | None = None
+        while True:
+            if not self._registrations:
+                now = time.monotonic()
+                idle_since = idle_since or now
+                if now - idle_since >= IDLE_STOP_SECONDS:
+                    return
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), IDLE_STOP_SECONDS)
+                except TimeoutError:
+                    pass
+                continue
+            idle_since = None
+            started = time.monotonic()
+            try:
+                await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in one cycle must not stop polling for every trigger
+                log.exception("Slurm poller cycle failed for connection %s", self.conn_id)
+            delay = self._next_delay()
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+                # A new registration arrived: poll soon, but never more often than the floor.
+                remaining = FLOOR_SECONDS - (time.monotonic() - started)
+                if remaining > 0:
+                    await asyncio.sleep(remaining)
+            except TimeoutError:
+                pass
+
+    def _next_delay(self) -> float:
+        if self._consecutive_failures:
+            base = min(MAX_INTERVAL_SECONDS, FLOOR_SECONDS * 2 ** min(self._consecutive_failures, 6))
+            return base + random.uniform(0, base / 2)
+        now_wall, now_mono = time.time(), time.monotonic()
+        wanted = [r.desired_interval(now_wall, now_mono) for r in self._registrations]
+        return max(FLOOR_SECONDS, min(wanted, default=MAX_INTERVAL_SECONDS))
+
+    async def cycle(self) -> None:
+        """One poll: one state query, one log command, updates fanned out to every registration."""
+        regs = list(self._registrations)
+        if not regs:
+            return
+        self.stats.cycles += 1
+        cycle_no = self.stats.cycles
+        hook = self.hook
+
+        await self._load_offsets(regs)
+
+        job_ids = sorted({r.job_id for r in regs})
+        self.stats.state_queries += 1
+        self.stats.max_jobs_per_query = max(self.stats.max_jobs_per_query, len(job_ids))
+        self.stats.last_query_job_ids = tuple(job_ids)
+        try:
+            infos: dict[str, SlurmJobInfo] = await hook.ajob_states(job_ids)
+        except Exception as exc:
+            self._consecutive_failures += 1
+            self.stats.failures += 1
+            message = f"state query failed ({_describe(exc)}); state unknown, will retry"
+            for reg in regs:
+                self._publish(reg, PollUpdate(cycle=cycle_no, state=JobState.UNKNOWN, info=None, error=message))
+            return
+        self._consecutive_failures = 0
+
+        now = time.monotonic()
+        for reg in regs:
+            info = infos.get(reg.job_id)
+            state = info.state if info is not None else JobState.UNKNOWN
+            if state is not reg.state:
+                reg.state, reg.state_since = state, now
+            if state not in (JobState.PENDING, JobState.UNKNOWN):
+                reg.ever_started = True
+
+        tailing = [r for r in regs if r.cursors and r.offsets_loaded and r.ever_started]
+        chunks, log_error = await self._tail(tailing)
+
+        for reg in regs:
+            info = infos.get(reg.job_id)
+            mine = tuple(chunks.get(id(reg), ()))
+            drained = True
+            if reg.state.is_terminal and reg in tailing:
+                reg.drain_cycles += 1
+                unread = bool(log_error) or any(ch.offset < ch.size for ch in mine)
+                drained = not unread or reg.drain_cycles >= MAX_DRAIN_CYCLES
+            error = None
+            if info is None:
+                error = f"job {reg.job_id} not found by sacct or squeue yet; state unknown"
+            elif log_error and reg in tailing:
+                error = log_error
+            self._publish(
+                reg,
+                PollUpdate(
+                    cycle=cycle_no,
+                    state=reg.state,
+                    info=info,
+                    chunks=mine,
+                    error=error,
+                    logs_drained=drained,
+                ),
+            )
+
+    def _publish(self, reg: Registration, update: PollUpdate) -> None:
+        if reg in self._registrations:  # unregistered mid-cycle: drop
+            reg.queue.put_nowait(update)
+
+    async def _load_offsets(self, regs: Sequence[Registration]) -> None:
+        pending = [r for r in regs if not r.offsets_loaded and r.offsets_file]
+        if not pending:
+            return
+        files = [r.offsets_file for r in pending if r.offsets_file]
+        self.stats.offset_loads += 1
+        try:
+            result = await self.hook.arun(build_read_offsets(files), timeout=60, check=False)
+        except Exception as exc:
+            log.warning("Could not read persisted log offsets (%s); will retry", _describe(exc))
+            return
+        if result.returncode is None:
+            return
+        loaded = parse_read_offsets(result.stdout, files)
+        for reg in pending:
+            saved = loaded.get(reg.offsets_file or "", {})
+            for cursor in reg.cursors:
+                start = max(cursor.committed, saved.get(cursor.path, 0))
+                cursor.read = cursor.committed = cursor.persisted = start
+            reg.offsets_loaded = True
+
+    async def _tail(self, regs: Sequence[Registration]) -> tuple[dict[int, list[LogChunk]], str | None]:
+        if not regs:
+            return {}, None
+        from npa_airflow.slurm.commands import build_tail_logs, parse_tail_logs
+
+        requests: list[tuple[str, int]] = []
+        owners: list[tuple[Registration, LogCursor]] = []
+        commits: list[tuple[str, str]] = []
+        committing: list[tuple[Registration, dict[str, int]]] = []
+        for reg in regs:
+            for cursor in reg.cursors:
+                requests.append((cursor.path, cursor.read))
+                owners.append((reg, cursor))
+            if reg.offsets_file and any(c.committed != c.persisted for c in reg.cursors):
+                commits.append((reg.offsets_file, reg.offsets_payload()))
+                committing.append((reg, {c.path: c.committed for c in reg.cursors}))
+        script = build_tail_logs(requests, TAIL_MAX_BYTES)
+        if commits:
+            script = build_commit_offsets(commits) + "; " + script
+        self.stats.log_queries += 1
+        try:
+            result = await self.hook.arun(script, timeout=120, check=False)
+            if result.returncode is None:
+                raise ConnectionError("log tail got no exit status")
+            parsed = parse_tail_logs(result.stdout, requests)
+        except Exception as exc:
+            return {}, f"log tail failed ({_describe(exc)}); will retry"
+        for reg, written in committing:
+            for cursor in reg.cursors:
+                cursor.persisted = written.get(cursor.path, cursor.persisted)
+        out: dict[int, list[LogChunk]] = {}
+        for (reg, cursor), chunk in zip(owners, parsed, strict=False):
+            if chunk.offset > cursor.read or chunk.data:
+                cursor.read = max(cursor.read, chunk.offset)
+            out.setdefault(id(reg), []).append(chunk)
+        return out, None
+
+
+def _default_hook_factory(conn_id: str) -> Any:
+    from npa_airflow.slurm.hook import SlurmHook
+
+    return SlurmHook(slurm_conn_id=conn_id)
+
+
+_POLLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, SlurmPoller]] = weakref.WeakKeyDictionary()
+
+
+def get_poller(conn_id: str, hook_factory: Callable[[str], Any] | None = None) -> SlurmPoller:
+    """The poller of `conn_id` on the running event loop (created on first use)."""
+    loop = asyncio.get_running_loop()
+    per_loop = _POLLERS.setdefault(loop, {})
+    poller = per_loop.get(conn_id)
+    if poller is None:
+        poller = per_loop[conn_id] = SlurmPoller(conn_id, hook_factory)
+    return poller
+
+
+def reset_pollers() -> None:
+    """Forget every poller (tests)."""
+    _POLLERS.clear()

@@ -1,0 +1,314 @@
+"""The shared poller: coalescing, fan-out, failures, offsets persistence.
+
+`LocalClusterDouble` stands in for SlurmHook at the boundary: job states come from a dict the test sets
+(no Slurm here; the real-cluster coalescing figures come from the sdiag benchmark), while every shell
+command the poller builds (log tails, offsets files) runs for real in local bash against real files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from npa_airflow.common.states import JobState
+from npa_airflow.slurm import poller as poller_mod
+from npa_airflow.slurm.commands import SlurmJobInfo
+from npa_airflow.slurm.hook import CommandResult
+from npa_airflow.slurm.poller import (
+    SlurmPoller,
+    build_commit_offsets,
+    build_read_offsets,
+    get_poller,
+    offsets_file_for,
+    parse_read_offsets,
+    reset_pollers,
+)
+
+NATIVE = {
+    JobState.PENDING: "PENDING",
+    JobState.RUNNING: "RUNNING",
+    JobState.COMPLETE: "COMPLETED",
+    JobState.ERROR: "FAILED",
+    JobState.CANCELED: "CANCELLED",
+}
+
+
+def info(job_id: str, state: JobState, exit_code: int | None = None) -> SlurmJobInfo:
+    return SlurmJobInfo(
+        job_id=job_id,
+        native_state=NATIVE[state],
+        state=state,
+        exit_code=exit_code,
+        signal=None,
+        job_name=f"job-{job_id}",
+        node_list="c1",
+        reason=None,
+        source="sacct",
+    )
+
+
+class LocalClusterDouble:
+    """Test double for SlurmHook: scripted job states, real local bash for every command string."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, JobState] = {}
+        self.state_calls: list[list[str]] = []
+        self.commands: list[str] = []
+        self.fail_states = 0  # next N ajob_states calls raise ConnectionError
+        self.fail_commands = 0
+
+    async def ajob_states(self, job_ids):
+        self.state_calls.append(list(job_ids))
+        if self.fail_states:
+            self.fail_states -= 1
+            raise ConnectionError("connection to 127.0.0.1:2222 lost")
+        return {j: info(j, self.states[j]) for j in job_ids if j in self.states}
+
+    async def arun(self, argv, *, stdin=None, timeout=120, check=True):
+        assert isinstance(argv, str)
+        self.commands.append(argv)
+        if self.fail_commands:
+            self.fail_commands -= 1
+            raise ConnectionError("connection reset")
+        proc = await asyncio.create_subprocess_exec("bash", "-c", argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = await proc.communicate(stdin)
+        return CommandResult(stdout=out, stderr=err, returncode=proc.returncode, host="local")
+
+    async def apath_exists(self, path):
+        return Path(path).exists()
+
+    async def acancel(self, job_id):
+        self.states[job_id] = JobState.CANCELED
+
+
+@pytest.fixture
+def double() -> LocalClusterDouble:
+    return LocalClusterDouble()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry():
+    reset_pollers()
+    yield
+    reset_pollers()
+
+
+def drain(reg) -> list:
+    out = []
+    while not reg.queue.empty():
+        out.append(reg.queue.get_nowait())
+    return out
+
+
+async def test_n_registrations_make_one_state_query_per_cycle(double):
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    regs = [poller.register(str(1000 + i)) for i in range(50)]
+    for i in range(50):
+        double.states[str(1000 + i)] = JobState.RUNNING if i % 2 else JobState.PENDING
+
+    for _ in range(3):
+        await poller.cycle()
+
+    assert poller.stats.cycles == 3
+    assert poller.stats.state_queries == 3
+    assert len(double.state_calls) == 3  # one hook call per cycle for all 50 jobs
+    assert all(sorted(call) == sorted(str(1000 + i) for i in range(50)) for call in double.state_calls)
+    assert poller.stats.max_jobs_per_query == 50
+    for i, reg in enumerate(regs):
+        updates = drain(reg)
+        assert [u.cycle for u in updates] == [1, 2, 3]
+        assert updates[-1].state is (JobState.RUNNING if i % 2 else JobState.PENDING)
+    assert double.commands == []  # nothing started writing logs: no tail command at all
+
+
+async def test_two_triggers_on_one_job_share_the_query_and_both_get_updates(double):
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    a, b = poller.register("7"), poller.register("7")
+    double.states["7"] = JobState.COMPLETE
+    await poller.cycle()
+    assert double.state_calls == [["7"]]
+    assert drain(a)[0].state is JobState.COMPLETE
+    assert drain(b)[0].state is JobState.COMPLETE
+
+
+async def test_connection_drop_gives_unknown_then_recovers(double):
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    reg = poller.register("5")
+    double.states["5"] = JobState.RUNNING
+    double.fail_states = 2
+    await poller.cycle()
+    await poller.cycle()
+    first, second = drain(reg)
+    assert first.state is JobState.UNKNOWN and "connection" in first.error
+    assert second.state is JobState.UNKNOWN
+    assert poller._next_delay() >= poller_mod.FLOOR_SECONDS * 4  # backing off
+    await poller.cycle()
+    (third,) = drain(reg)
+    assert third.state is JobState.RUNNING and third.error is None
+    assert poller.stats.failures == 2
+
+
+async def test_missing_job_is_unknown_not_failed(double):
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    reg = poller.register("404")
+    await poller.cycle()
+    (update,) = drain(reg)
+    assert update.state is JobState.UNKNOWN
+    assert update.info is None and "not found" in update.error
+
+
+async def test_unregistered_mid_cycle_gets_nothing_and_others_continue(double):
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    gone, stays = poller.register("1"), poller.register("2")
+    double.states.update({"1": JobState.RUNNING, "2": JobState.RUNNING})
+
+    original = double.ajob_states
+
+    async def slow_states(ids):
+        poller.unregister(gone)  # the trigger was cancelled while the query was in flight
+        return await original(ids)
+
+    double.ajob_states = slow_states
+    await poller.cycle()
+    assert drain(gone) == []
+    assert len(drain(stays)) == 1
+    await poller.cycle()
+    assert double.state_calls[-1] == ["2"]
+
+
+async def test_logs_are_tailed_in_one_command_and_offsets_advance(double, tmp_path):
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    files = []
+    regs = []
+    for i in range(3):
+        out = tmp_path / f"job{i}.out"
+        out.write_bytes(f"hello {i}\n".encode())
+        files.append(out)
+        regs.append(poller.register(str(i), log_offsets=[(str(out), 0)], offsets_file=offsets_file_for(str(out))))
+        double.states[str(i)] = JobState.RUNNING
+
+    await poller.cycle()
+    # one offsets load (first cycle only) and one tail command for all three files
+    assert poller.stats.offset_loads == 1 and poller.stats.log_queries == 1
+    assert len(double.commands) == 2
+    for i, reg in enumerate(regs):
+        (update,) = drain(reg)
+        assert [c.data for c in update.chunks] == [f"hello {i}\n".encode()]
+        reg.commit(str(files[i]), len(f"hello {i}\n"))
+
+    files[0].write_bytes(b"hello 0\nmore\n")
+    await poller.cycle()
+    assert poller.stats.log_queries == 2 and len(double.commands) == 3  # no extra round trip for offsets
+    (update,) = drain(regs[0])
+    assert update.chunks[0].data == b"more\n"  # only the new bytes
+    assert drain(regs[1])[0].chunks[0].data == b""
+    # the committed offsets of the first cycle were written by the second cycle's tail command
+    for i in range(3):
+        saved = json.loads(Path(offsets_file_for(str(files[i]))).read_text())
+        assert saved == {str(files[i]): len(f"hello {i}\n")}
+
+
+async def test_restart_resumes_from_persisted_offsets(double, tmp_path):
+    out = tmp_path / "job.out"
+    out.write_bytes(b"line 1\nline 2\nline 3\n")
+    Path(offsets_file_for(str(out))).write_text(json.dumps({str(out): 7}))  # "line 1\n" already logged
+    double.states["9"] = JobState.RUNNING
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    reg = poller.register("9", log_offsets=[(str(out), 0)], offsets_file=offsets_file_for(str(out)))
+    await poller.cycle()
+    (update,) = drain(reg)
+    assert update.chunks[0].data == b"line 2\nline 3\n"
+
+
+async def test_finished_job_with_more_log_than_one_read_is_not_drained(double, tmp_path, monkeypatch):
+    monkeypatch.setattr(poller_mod, "TAIL_MAX_BYTES", 4)
+    out = tmp_path / "big.out"
+    out.write_bytes(b"0123456789")
+    double.states["3"] = JobState.COMPLETE
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    reg = poller.register("3", log_offsets=[(str(out), 0)])
+    seen = b""
+    drained = False
+    for _ in range(5):
+        await poller.cycle()
+        (update,) = drain(reg)
+        seen += b"".join(c.data for c in update.chunks)
+        if update.logs_drained:
+            drained = True
+            break
+        assert update.state is JobState.COMPLETE
+    assert drained and seen == b"0123456789"
+
+
+async def test_log_tail_failure_keeps_state_and_retries_same_offsets(double, tmp_path):
+    out = tmp_path / "a.out"
+    out.write_bytes(b"x\n")
+    double.states["1"] = JobState.RUNNING
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    reg = poller.register("1", log_offsets=[(str(out), 0)])
+    double.fail_commands = 1
+    await poller.cycle()
+    (update,) = drain(reg)
+    assert update.state is JobState.RUNNING and "log tail failed" in update.error and update.chunks == ()
+    await poller.cycle()
+    (update,) = drain(reg)
+    assert update.chunks[0].data == b"x\n"
+
+
+async def test_registry_is_per_loop_and_connection_and_loop_stops_when_idle(double, monkeypatch):
+    monkeypatch.setattr(poller_mod, "FLOOR_SECONDS", 0.01)
+    monkeypatch.setattr(poller_mod, "IDLE_STOP_SECONDS", 0.05)
+    other = LocalClusterDouble()
+    a = get_poller("a", lambda _: double)
+    b = get_poller("b", lambda _: other)
+    assert get_poller("a") is a and a is not b
+    double.states["1"] = JobState.RUNNING
+    other.states["2"] = JobState.COMPLETE
+    ra = a.register("1", interval=0.01)
+    rb = b.register("2", interval=0.01)
+    ua = await asyncio.wait_for(ra.queue.get(), 5)
+    ub = await asyncio.wait_for(rb.queue.get(), 5)
+    assert ua.state is JobState.RUNNING and ub.state is JobState.COMPLETE
+    assert all(call == ["1"] for call in double.state_calls)  # clusters never mix
+    assert all(call == ["2"] for call in other.state_calls)
+    a.unregister(ra)
+    b.unregister(rb)
+    await asyncio.wait_for(a._task, 5)  # the loop ends by itself once nobody waits
+    await asyncio.wait_for(b._task, 5)
+
+
+def test_adaptive_interval():
+    now_wall, now_mono = 10_000.0, 500.0
+    reg = SlurmPoller("c", autostart=False)
+    fresh = poller_mod.Registration("1", [], None, interval=30, submitted_at=now_wall - 5)
+    assert fresh.desired_interval(now_wall, now_mono) == poller_mod.FLOOR_SECONDS
+    running = poller_mod.Registration("2", [], None, interval=30, submitted_at=now_wall - 600)
+    running.state = JobState.RUNNING
+    assert running.desired_interval(now_wall, now_mono) == 30
+    pending = poller_mod.Registration("3", [], None, interval=30, submitted_at=now_wall - 3600)
+    pending.state, pending.state_since = JobState.PENDING, now_mono - 1000
+    assert pending.desired_interval(now_wall, now_mono) == poller_mod.MAX_INTERVAL_SECONDS
+    assert reg._next_delay() == poller_mod.MAX_INTERVAL_SECONDS  # nobody registered
+
+
+def test_offsets_builders_round_trip_in_real_bash(tmp_path):
+    paths = [str(tmp_path / "a.npa-offsets"), str(tmp_path / "it's $(weird).npa-offsets")]
+    payloads = [json.dumps({"/x/a.out": 5}), json.dumps({"/x/$(b).out": 9, "/x/b.err": 0})]
+    subprocess.run(["bash", "-c", build_commit_offsets(list(zip(paths, payloads, strict=True)))], check=True)
+    missing = str(tmp_path / "missing")
+    out = subprocess.run(["bash", "-c", build_read_offsets([*paths, missing])], capture_output=True, check=True)
+    parsed = parse_read_offsets(out.stdout, [*paths, missing])
+    assert parsed == {paths[0]: {"/x/a.out": 5}, paths[1]: {"/x/$(b).out": 9, "/x/b.err": 0}, missing: {}}
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_parse_read_offsets_ignores_damaged_files():
+    assert parse_read_offsets(b'not json\0[1]\0{"/a": -3, "/b": 2}\0', ["x", "y", "z"]) == {
+        "x": {},
+        "y": {},
+        "z": {"/b": 2},
+    }
