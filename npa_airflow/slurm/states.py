@@ -1,0 +1,58 @@
+"""Native Slurm job states -> the one state vocabulary (JobState).
+
+The table follows the seed, with one deliberate change the issue asks for: REQUEUED and PREEMPTED are
+not terminal. Slurm keeps the job id across a requeue (NODE_FAIL with --requeue, preemption with
+PreemptMode=REQUEUE), so the same job comes back as PENDING; treating it as CANCELED would abandon a job
+that is about to run again. An unknown state never crashes polling: it maps to UNKNOWN.
+"""
+
+from __future__ import annotations
+
+from npa_airflow.common.states import JobState
+
+NATIVE_STATE_TABLE: dict[str, JobState] = {
+    "PENDING": JobState.PENDING,
+    # not terminal: the scheduler re-queues the same job id
+    "REQUEUED": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING,
+    "PREEMPTED": JobState.PENDING,
+    "RESV_DEL_HOLD": JobState.PENDING,
+    "SPECIAL_EXIT": JobState.PENDING,  # requeued and held by a site's special-exit rule
+    # scheduler-owned and may resume; the native sub-state rides along in SlurmJobInfo.native_state
+    "RUNNING": JobState.RUNNING,
+    "COMPLETING": JobState.RUNNING,
+    "CONFIGURING": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING,
+    "SUSPENDED": JobState.RUNNING,
+    "STOPPED": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETE,
+    "FAILED": JobState.ERROR,
+    "TIMEOUT": JobState.ERROR,
+    "OUT_OF_MEMORY": JobState.ERROR,
+    "NODE_FAIL": JobState.ERROR,
+    "BOOT_FAIL": JobState.ERROR,
+    "DEADLINE": JobState.ERROR,
+    "CANCELLED": JobState.CANCELED,
+    "REVOKED": JobState.CANCELED,
+}
+
+# Infrastructure failures by state alone (the log tail can add more; see failures.py).
+INFRA_NATIVE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+
+
+def normalize_native_state(native: str | None) -> str:
+    """``'CANCELLED by 0'`` -> ``'CANCELLED'``; ``'CANCELLED+'`` -> ``'CANCELLED'``; ``''`` -> ``''``."""
+    if not native:
+        return ""
+    words = native.strip().split()
+    if not words:
+        return ""
+    return words[0].rstrip("+").upper()
+
+
+def interpret_native_state(native: str | None) -> JobState:
+    """Map a native Slurm state (as sacct or squeue print it) to a JobState; unknown -> UNKNOWN."""
+    return NATIVE_STATE_TABLE.get(normalize_native_state(native), JobState.UNKNOWN)

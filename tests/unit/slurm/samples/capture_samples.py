@@ -1,0 +1,108 @@
+"""Record real sbatch / sacct / squeue / scancel / scontrol output from the local cluster into this folder.
+
+Run against a running cluster (``dev/cluster up``):
+
+    .venv/bin/python tests/unit/slurm/samples/capture_samples.py
+
+It submits a handful of tiny CPU jobs (complete, exit 7, killed by a signal, cancelled while running,
+held, array, het, requeued), waits for them to settle and writes each tool's output, built by the same
+builders the hook uses, to ``*.txt`` files that the parser tests read. Nothing here runs during pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from npa_airflow.slurm import commands as c
+
+HERE = Path(__file__).parent
+CLUSTER_DIR = Path(os.environ.get("NPA_CLUSTER_DIR", "/var/tmp/npa-cluster"))
+SSH = [
+    "ssh",
+    "-i", str(CLUSTER_DIR / "ssh" / "id_ed25519"),
+    "-o", f"UserKnownHostsFile={CLUSTER_DIR / 'ssh' / 'known_hosts'}",
+    "-o", "BatchMode=yes",
+    "-p", "2222",
+    "npa@127.0.0.1",
+]  # fmt: skip
+PREFIX = "npa-sample"
+
+
+def remote(command: list[str] | str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    line = command if isinstance(command, str) else shlex.join(command)
+    return subprocess.run([*SSH, line], input=stdin, capture_output=True, timeout=60, check=False, text=stdin is None)
+
+
+def submit(name: str, *args: str, script: str | None = None) -> str:
+    argv = ["sbatch", "--parsable", "-p", "cpu", "-J", f"{PREFIX}-{name}", "-o", "/dev/null", *args]
+    proc = subprocess.run(
+        [*SSH, shlex.join(argv)], input=script, capture_output=True, text=True, timeout=60, check=False
+    )
+    if proc.returncode != 0:
+        sys.exit(f"sbatch {name} failed: {proc.stderr}")
+    return c.parse_sbatch_submit(proc.stdout).job_id
+
+
+def save(name: str, text: str) -> None:
+    (HERE / name).write_text(text)
+    print(f"wrote {name} ({len(text.splitlines())} lines)")
+
+
+def wait_for(job_id: str, states: set[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = c.parse_squeue(remote(c.build_squeue_states([job_id])).stdout).get(job_id)
+        if info and info.native_state in states:
+            return
+        time.sleep(1)
+    sys.exit(f"job {job_id} did not reach {states}")
+
+
+def main() -> None:
+    sbatch_outputs = []
+    ok = submit("ok", "--wrap", "echo hello")
+    fail = submit("exit7", "--wrap", "exit 7")
+    killed = submit("signal", "--wrap", "kill -9 $$")
+    cancel = submit("cancel", "--wrap", "sleep 120")
+    held = submit("held", "--hold", "--wrap", "true")
+    array = submit("array", "--array=1-3", "--wrap", "sleep 2")
+    het = submit("het", script="#!/bin/bash\n#SBATCH -n1\n#SBATCH hetjob\n#SBATCH -n1\nsrun true\n")
+    requeue = submit("requeue", "--requeue", "--wrap", "sleep 120")
+    sbatch_outputs.append(remote(["sbatch", "--parsable", "-p", "cpu", "-o", "/dev/null", "--hold", "--wrap", "true"]))
+    ids = [ok, fail, killed, cancel, held, array, het, requeue]
+
+    wait_for(cancel, {"RUNNING"})
+    wait_for(requeue, {"RUNNING"})
+    remote(["scancel", cancel])
+    remote(["scontrol", "requeue", requeue])
+    time.sleep(8)
+
+    save("sacct_states.txt", remote(c.build_sacct_states(ids)).stdout)
+    save("squeue_states.txt", remote(c.build_squeue_states(ids)).stdout)
+    save("sacct_find_by_name.txt", remote(c.build_find_by_name_sacct([f"{PREFIX}-ok", f"{PREFIX}-exit7"])).stdout)
+    save("squeue_find_by_name.txt", remote(c.build_find_by_name_squeue([f"{PREFIX}-held"])).stdout)
+    # The seed's fallback form: default column width truncates "CANCELLED by <uid>" to "CANCELLED+".
+    save("sacct_default_width.txt", remote(["sacct", "-X", "-n", "-j", cancel, "-o", "JobID,State"]).stdout)
+
+    purged = remote(["squeue", "-h", "-t", "all", "--jobs=999999", "-o", c.SQUEUE_FORMAT])
+    save("squeue_invalid_id.txt", f"rc={purged.returncode}\nstdout={purged.stdout!r}\nstderr={purged.stderr!r}\n")
+    finished = remote(c.build_cancel(ok))
+    save("scancel_finished.txt", f"rc={finished.returncode}\nstdout={finished.stdout!r}\nstderr={finished.stderr!r}\n")
+    gone = remote(c.build_cancel("999999"))
+    save("scancel_invalid.txt", f"rc={gone.returncode}\nstdout={gone.stdout!r}\nstderr={gone.stderr!r}\n")
+
+    save("scontrol_nodes.txt", remote(c.build_scontrol_nodes()).stdout)
+    save("scontrol_partitions.txt", remote(c.build_partitions()).stdout)
+    save("sbatch_parsable.txt", "".join(p.stdout for p in sbatch_outputs))
+
+    remote(["scancel", held, requeue, sbatch_outputs[0].stdout.strip()])
+    print("job ids:", ids)
+
+
+if __name__ == "__main__":
+    main()

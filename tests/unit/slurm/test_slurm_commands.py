@@ -1,0 +1,264 @@
+"""Builders (exact argv) and parsers (sbatch, sacct, squeue, scontrol) of npa_airflow.slurm.commands."""
+
+from __future__ import annotations
+
+import pytest
+
+from npa_airflow.common.states import JobState
+from npa_airflow.exceptions import NpaParseError, NpaValidationError
+from npa_airflow.slurm import commands as c
+
+FIELDS = "JobIDRaw,JobID,State,ExitCode,NodeList,Reason,JobName"
+
+# --------------------------------------------------------------------------------------------- sbatch
+
+
+@pytest.mark.parametrize(
+    ("stdout", "job_id", "cluster"),
+    [
+        ("123\n", "123", None),
+        ("123", "123", None),
+        ("123;gpucluster\n", "123", "gpucluster"),
+        ("Welcome to the cluster!\nQuota: 10 TB used\n\n456\n\n", "456", None),
+        ("123_4\n", "123_4", None),
+        ("123+0\n", "123+0", None),
+        ("  789  \r\n", "789", None),
+    ],
+)
+def test_parse_sbatch_submit(stdout, job_id, cluster):
+    assert c.parse_sbatch_submit(stdout) == c.SubmitResult(job_id=job_id, cluster=cluster)
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    ["", "\n\n", "Submitted batch job 123\n", "123;\n", "123;bad cluster\n", "12a\n", "123\nerror: oops\n"],
+)
+def test_parse_sbatch_submit_rejects_and_quotes_input(stdout):
+    with pytest.raises(NpaParseError) as err:
+        c.parse_sbatch_submit(stdout)
+    assert repr(stdout)[:20] in str(err.value)
+
+
+def test_build_sbatch_submit():
+    assert c.build_sbatch_submit("/s/job.sbatch") == ["sbatch", "--parsable", "/s/job.sbatch"]
+    assert c.build_sbatch_submit("/s/j", ["--exclude=g1"], cluster="x") == [
+        "sbatch", "--parsable", "-M", "x", "--exclude=g1", "/s/j",
+    ]  # fmt: skip
+    for bad in (["-x g1"], ["--a\n--b"]):
+        with pytest.raises(NpaValidationError):
+            c.build_sbatch_submit("/s/j", bad)
+    with pytest.raises(NpaValidationError):
+        c.build_sbatch_submit("relative.sbatch")
+
+
+# --------------------------------------------------------------------------------------------- job ids
+
+
+@pytest.mark.parametrize("job_id", ["1", "123456", "123_4", "123+0"])
+def test_validate_job_id_accepts(job_id):
+    assert c.validate_job_id(job_id) == job_id
+
+
+@pytest.mark.parametrize("job_id", ["", "abc", "123;rm -rf /", "1 2", "123_", "123_[1-5]", "-1", 123, None, "1\n"])
+def test_validate_job_id_rejects(job_id):
+    with pytest.raises(NpaValidationError, match="job_id="):
+        c.validate_job_id(job_id)
+
+
+# --------------------------------------------------------------------------------------------- sacct
+
+
+def test_build_sacct_states_is_one_command_for_many_jobs():
+    assert c.build_sacct_states(["12", "13", "12", "14_2"]) == [
+        "sacct", "-X", "--parsable2", "--noheader", "-o", FIELDS, "-j", "12,13,14_2",
+    ]  # fmt: skip
+    assert c.build_sacct_states(["12"], cluster="west")[4:6] == ["-M", "west"]
+
+
+@pytest.mark.parametrize("bad", [[], ["12", "13;id"], ["$(reboot)"]])
+def test_build_sacct_states_validates(bad):
+    with pytest.raises(NpaValidationError):
+        c.build_sacct_states(bad)
+
+
+SACCT_MIXED = """\
+101|101|COMPLETED|0:0|c1|None|npa-a-t1
+102|102|FAILED|7:0|c2|None|npa-b-t1
+103|103|CANCELLED by 0|0:15|c1|None|npa-c-t1
+104|104|CANCELLED+|0:0|c1|None|npa-d-t1
+105|105|PENDING|0:0|None assigned|Priority|npa-e-t1
+107|106_4|RUNNING|0:0|c2|None|arr
+110|110+0|RUNNING|0:0|g1|None|het
+111|110+1|RUNNING|0:0|g2|None|het
+112|112|NODE_FAIL|0:0|g[1-2]|None|name|with|pipes
+"""
+
+
+def test_parse_sacct_mixed():
+    infos = c.parse_sacct(SACCT_MIXED)
+    assert infos["101"] == c.SlurmJobInfo(
+        job_id="101", native_state="COMPLETED", state=JobState.COMPLETE, exit_code=0, signal=0,
+        job_name="npa-a-t1", node_list="c1", reason=None, source="sacct",
+    )  # fmt: skip
+    assert (infos["102"].state, infos["102"].exit_code, infos["102"].signal) == (JobState.ERROR, 7, 0)
+    assert (infos["103"].native_state, infos["103"].state, infos["103"].signal) == (
+        "CANCELLED", JobState.CANCELED, 15,
+    )  # fmt: skip
+    assert infos["104"].state is JobState.CANCELED
+    pending = infos["105"]
+    assert (pending.state, pending.exit_code, pending.node_list, pending.reason) == (
+        JobState.PENDING, None, None, "Priority",
+    )  # fmt: skip
+    assert infos["106_4"].state is JobState.RUNNING
+    assert infos["107"] is infos["106_4"]  # raw id alias
+    assert infos["110+0"].node_list == "g1"
+    # a het job asked for by its base id: one aggregate answer over its components
+    assert (infos["110"].state, infos["110"].node_list) == (JobState.RUNNING, "g1,g2")
+    assert infos["106"].job_id == "106" and infos["106"].state is JobState.RUNNING
+    assert infos["110+1"].node_list == "g2"
+    assert infos["112"].job_name == "name|with|pipes"
+    assert infos["112"].node_list == "g[1-2]"
+
+
+def test_parse_sacct_requeued_duplicates_last_record_wins():
+    out = "200|200|NODE_FAIL|0:0|g1|None|job\n200|200|REQUEUED|0:0|g1|None|job\n200|200|RUNNING|0:0|g2|None|job\n"
+    info = c.parse_sacct(out)["200"]
+    assert (info.native_state, info.state, info.node_list) == ("RUNNING", JobState.RUNNING, "g2")
+
+
+def test_parse_sacct_skips_steps_and_blank_lines():
+    out = "\n300|300|FAILED|1:0|c1|None|j\n300.batch|300.batch|FAILED|1:0|c1||batch\n"
+    assert list(c.parse_sacct(out)) == ["300"]
+    assert c.parse_sacct("") == {}
+
+
+@pytest.mark.parametrize("bad", ["1|2|3\n", "x|y|RUNNING|0:0|c1|None|n\n"])
+def test_parse_sacct_rejects_and_quotes(bad):
+    with pytest.raises(NpaParseError, match="sacct line"):
+        c.parse_sacct(bad)
+
+
+def test_parse_sacct_unknown_state_is_unknown_not_crash():
+    info = c.parse_sacct("9|9|FROBNICATED|0:0|c1|None|n\n")["9"]
+    assert info.state is JobState.UNKNOWN
+    assert info.native_state == "FROBNICATED"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("7:0", (7, 0)), ("0:9", (0, 9)), ("", (None, None)), ("x", (None, None))]
+)
+def test_parse_exit_code(text, expected):
+    assert c.parse_exit_code(text) == expected
+
+
+# --------------------------------------------------------------------------------------------- squeue
+
+
+def test_build_squeue_states():
+    assert c.build_squeue_states(["5", "6"]) == [
+        "squeue", "-h", "-t", "all", "--jobs=5,6", "-o", "%i|%A|%T|%r|%N|%j",
+    ]  # fmt: skip
+
+
+def test_parse_squeue():
+    out = (
+        "CLUSTER: west\n"
+        "5|5|PENDING|Resources||npa-x-t1\n"
+        "6|6|RUNNING|None|c[1-2]|npa-y-t1\n"
+        "7_3|9|COMPLETED|None|c1|arr\n"
+        "8|8|PENDING|ReqNodeNotAvail, UnavailableNodes:g1|| a|b \n"
+    )
+    infos = c.parse_squeue(out)
+    assert infos["5"] == c.SlurmJobInfo(
+        job_id="5", native_state="PENDING", state=JobState.PENDING, exit_code=None, signal=None,
+        job_name="npa-x-t1", node_list=None, reason="Resources", source="squeue",
+    )  # fmt: skip
+    assert infos["6"].node_list == "c[1-2]"
+    assert infos["9"] is infos["7_3"]
+    assert infos["8"].reason == "ReqNodeNotAvail, UnavailableNodes:g1"
+    assert infos["8"].job_name == "a|b"
+
+
+def test_parse_squeue_rejects_garbage():
+    with pytest.raises(NpaParseError, match="squeue line"):
+        c.parse_squeue("slurm_load_jobs error: Unable to contact slurm controller\n")
+
+
+# --------------------------------------------------------------------------------------------- find by name
+
+
+def test_find_by_name_builders():
+    assert c.build_find_by_name_sacct(["npa-a-t1", "npa-a-t2"]) == [
+        "sacct", "-X", "--parsable2", "--noheader", "-o", FIELDS, "-S", "now-7days", "--name=npa-a-t1,npa-a-t2",
+    ]  # fmt: skip
+    assert c.build_find_by_name_squeue(["npa-a-t1"]) == [
+        "squeue", "-h", "-t", "all", "--name=npa-a-t1", "-o", "%i|%A|%T|%r|%N|%j",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("names", [[], ["a,b"], ["a b"], ["$(x)"], [""]])
+def test_find_by_name_rejects_unsafe_names(names):
+    with pytest.raises(NpaValidationError):
+        c.build_find_by_name_squeue(names)
+    with pytest.raises(NpaValidationError):
+        c.build_find_by_name_sacct(names)
+
+
+def test_find_by_name_sacct_rejects_bad_start():
+    with pytest.raises(NpaValidationError, match="start="):
+        c.build_find_by_name_sacct(["a"], start="now; reboot")
+
+
+# --------------------------------------------------------------------------------------------- scancel
+
+
+def test_build_cancel():
+    assert c.build_cancel("42") == ["scancel", "42"]
+    assert c.build_cancel("42_1", cluster="west") == ["scancel", "-M", "west", "42_1"]
+    with pytest.raises(NpaValidationError):
+        c.build_cancel("42 43")
+
+
+# --------------------------------------------------------------------------------------------- scontrol
+
+
+NODES = (
+    "NodeName=c1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=2 State=IDLE ThreadsPerCore=1 "
+    "Partitions=cpu BootTime=2026-12-02T13:00:00 Reason=none of your business [root@2026-12-02T13:01:00] "
+    "Comment=(null)\n"
+    "NodeName=g1 Arch=x86_64 Gres=gpu:8 State=DOWN+DRAIN Partitions=gpu,all Reason=test [root@2026-12-02T13:01:00]\n"
+)
+
+
+def test_parse_scontrol_nodes():
+    nodes = c.parse_scontrol_nodes(NODES)
+    assert nodes["c1"] == c.NodeInfo(
+        name="c1", state="IDLE", partitions=("cpu",), reason="none of your business [root@2026-12-02T13:01:00]"
+    )
+    assert nodes["c1"].usable
+    assert nodes["g1"].partitions == ("gpu", "all")
+    assert nodes["g1"].reason == "test [root@2026-12-02T13:01:00]"
+    assert not nodes["g1"].usable
+    assert c.build_scontrol_nodes() == ["scontrol", "--oneliner", "show", "nodes"]
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [("UNLIMITED", None), ("4:00:00", 240), ("30", 30), ("30:30", 31), ("1-00:00:00", 1440), ("2-12", 3600),
+     ("1-01:30", 1530), ("00:00:01", 1)],
+)  # fmt: skip
+def test_parse_slurm_minutes(text, minutes):
+    assert c.parse_slurm_minutes(text) == minutes
+
+
+def test_parse_partitions():
+    out = (
+        "PartitionName=cpu AllowGroups=ALL Default=YES MaxTime=UNLIMITED Nodes=c[1-2] State=UP TotalCPUs=4\n"
+        "PartitionName=gpu AllowGroups=ALL Default=NO MaxTime=04:00:00 Nodes=g[1-2] State=UP\n"
+    )
+    parts = c.parse_partitions(out)
+    assert parts["cpu"] == c.PartitionInfo(name="cpu", max_time_minutes=None, default=True, state="UP", nodes="c[1-2]")
+    assert parts["gpu"].max_time_minutes == 240
+    assert not parts["gpu"].default
+    with pytest.raises(NpaParseError):
+        c.parse_partitions("garbage\n")

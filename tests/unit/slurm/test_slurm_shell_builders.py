@@ -1,0 +1,161 @@
+"""String builders run through a real local bash (the same command line the hook sends over SSH)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+
+import pytest
+
+from npa_airflow.exceptions import NpaParseError, NpaValidationError
+from npa_airflow.slurm import commands as c
+
+
+def run(command: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    # The hook hands the string to the remote login shell; sh -c plays that role here.
+    return subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, timeout=60, check=False)
+
+
+def tail(requests, max_bytes):
+    result = run(c.build_tail_logs(requests, max_bytes))
+    assert result.returncode == 0, result.stderr
+    return c.parse_tail_logs(result.stdout, requests)
+
+
+# --------------------------------------------------------------------------------------------- tail
+
+
+def test_tail_reads_new_bytes_and_reports_size(tmp_path):
+    log = tmp_path / "main.out"
+    log.write_bytes(b"line 1\nline 2\n")
+    [chunk] = tail([(str(log), 0)], 1 << 20)
+    assert (chunk.data, chunk.offset, chunk.size) == (b"line 1\nline 2\n", 14, 14)
+    assert chunk.at_end
+    with log.open("ab") as f:
+        f.write(b"line 3\n")
+    [chunk] = tail([(str(log), 14)], 1 << 20)
+    assert (chunk.data, chunk.offset, chunk.size) == (b"line 3\n", 21, 21)
+    [chunk] = tail([(str(log), 21)], 1 << 20)
+    assert (chunk.data, chunk.offset, chunk.size) == (b"", 21, 21)
+
+
+def test_tail_many_files_in_one_command_missing_and_shrunk(tmp_path):
+    out, err, shrunk = tmp_path / "o", tmp_path / "dir with space" / "e'rr", tmp_path / "s"
+    err.parent.mkdir()
+    out.write_bytes(b"out")
+    err.write_bytes(b"err!")
+    shrunk.write_bytes(b"abc")
+    missing = tmp_path / "not-yet"
+    chunks = tail([(str(out), 0), (str(missing), 0), (str(err), 1), (str(shrunk), 10)], 100)
+    assert [(ch.path, ch.data, ch.offset, ch.size) for ch in chunks] == [
+        (str(out), b"out", 3, 3),
+        (str(missing), b"", 0, -1),
+        (str(err), b"rr!", 4, 4),
+        (str(shrunk), b"", 10, 3),
+    ]
+    assert chunks[1].missing and not chunks[1].shrank
+    assert chunks[3].shrank and not chunks[3].missing
+
+
+def test_tail_is_binary_safe(tmp_path):
+    data = bytes(range(256)) * 4 + b"\n\n\x00NPA-TAIL 0 5\nNPA-TAIL-END\n\xff"
+    log = tmp_path / "bin"
+    log.write_bytes(data)
+    [chunk] = tail([(str(log), 0)], 1 << 20)
+    assert chunk.data == data
+
+
+def test_tail_reads_a_3mb_file_in_bounded_chunks(tmp_path):
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    log = tmp_path / "big"
+    log.write_bytes(data)
+    offset, pieces = 0, []
+    for _ in range(10):
+        [chunk] = tail([(str(log), offset)], 1 << 20)
+        assert len(chunk.data) <= 1 << 20
+        assert chunk.size == len(data)
+        pieces.append(chunk.data)
+        offset = chunk.offset
+        if chunk.at_end:
+            break
+    assert len(pieces) == 4
+    assert b"".join(pieces) == data
+
+
+def test_tail_path_with_shell_metacharacters_is_inert(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    evil = str(tmp_path / f"$(rm {victim})`rm {victim}`;rm {victim}")
+    [chunk] = tail([(evil, 0)], 10)
+    assert chunk.missing
+    assert victim.read_text() == "keep"
+
+
+@pytest.mark.parametrize(
+    ("requests", "max_bytes"),
+    [([], 10), ([("rel/path", 0)], 10), ([("/a\nb", 0)], 10), ([("/a", -1)], 10), ([("/a", 0)], 0)],
+)
+def test_build_tail_logs_validates(requests, max_bytes):
+    with pytest.raises(NpaValidationError):
+        c.build_tail_logs(requests, max_bytes)
+
+
+def test_parse_tail_logs_detects_cut_output(tmp_path):
+    log = tmp_path / "x"
+    log.write_bytes(b"hello")
+    requests = [(str(log), 0), (str(log), 2)]
+    full = run(c.build_tail_logs(requests, 100)).stdout
+    assert len(c.parse_tail_logs(full, requests)) == 2
+    # Login banners before the frames are ignored.
+    assert c.parse_tail_logs(b"Welcome!\n" + full, requests)[1].data == b"llo"
+    for cut in (full[: full.index(b"NPA-TAIL 1")], full[: -len(b"NPA-TAIL-END\n")], b""):
+        with pytest.raises(NpaParseError):
+            c.parse_tail_logs(cut, requests)
+
+
+# --------------------------------------------------------------------------------------------- write file
+
+
+def test_write_file_atomically_with_mode(tmp_path):
+    target = tmp_path / "new dir" / "sub" / "job's.env"
+    result = run(c.build_write_file(str(target), 0o600), stdin=b"export HF_TOKEN=abc\n\x00bin")
+    assert result.returncode == 0, result.stderr
+    assert target.read_bytes() == b"export HF_TOKEN=abc\n\x00bin"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert stat.S_IMODE(target.parent.stat().st_mode) == 0o700  # umask 077 for created dirs
+    assert sorted(p.name for p in target.parent.iterdir()) == ["job's.env"]  # no temp file left
+    result = run(c.build_write_file(str(target), 0o750), stdin=b"#!/bin/bash\n")
+    assert result.returncode == 0
+    assert target.read_bytes() == b"#!/bin/bash\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o750
+
+
+def test_write_file_failure_leaves_no_temp_file(tmp_path):
+    target = tmp_path / "dir-is-here"
+    target.mkdir()
+    (target / "child").write_text("x")  # mv onto a non-empty directory fails
+    result = run(c.build_write_file(str(target), 0o600), stdin=b"data")
+    assert result.returncode != 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir-is-here"]
+
+
+@pytest.mark.parametrize(("path", "mode"), [("rel", 0o600), ("/a/", 0o600), ("/a\nb", 0o600), ("/a", 0o70000)])
+def test_build_write_file_validates(path, mode):
+    with pytest.raises(NpaValidationError):
+        c.build_write_file(path, mode)
+
+
+# --------------------------------------------------------------------------------------------- path exists
+
+
+def test_path_exists(tmp_path):
+    present = tmp_path / "data set"
+    present.mkdir()
+    paths = [str(present), str(tmp_path / "absent"), str(tmp_path / "$(touch pwned)")]
+    result = run(c.build_path_exists(paths))
+    assert result.returncode == 0
+    assert c.parse_path_exists(result.stdout.decode(), paths) == {paths[0]: True, paths[1]: False, paths[2]: False}
+    assert not (tmp_path / "pwned").exists()
+    with pytest.raises(NpaParseError):
+        c.parse_path_exists("1\n", paths)
