@@ -9,6 +9,7 @@ are not safe to repeat (sbatch) are never retried: a connection lost while they 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import shlex
@@ -45,6 +46,10 @@ _CONNECTION_ERRORS = (OSError, asyncssh.Error, asyncio.TimeoutError, EOFError)
 # sbatch's own messages when it gave up waiting for slurmctld: the job may exist anyway.
 _AMBIGUOUS_SBATCH_ERRORS = ("Socket timed out", "timed out", "Unable to contact slurm controller", "Zero Bytes")
 MAX_CHANNELS_PER_CONNECTION = 8
+
+# asyncssh logs every channel and command at INFO; keep task logs readable unless the site chose a level.
+if logging.getLogger("asyncssh").level == logging.NOTSET:
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
@@ -390,6 +395,8 @@ class SlurmHook(BaseHook):
             squeue = await self.arun(commands.build_squeue_states(missing, cfg.cluster_name), check=False)
             if squeue.returncode == 0:
                 found.update(commands.parse_squeue(squeue.text))
+            elif commands.is_invalid_job_id_error(squeue.error_text):
+                pass  # one id that slurmctld does not know: an answer ("not there"), not a failure
             elif sacct.returncode != 0:
                 raise NpaRemoteError(
                     f"neither sacct nor squeue answered on {squeue.host}: "
@@ -403,10 +410,11 @@ class SlurmHook(BaseHook):
         result = await self.arun(commands.build_cancel(job_id, cfg.cluster_name), check=False)
         if result.returncode == 0:
             return
-        text = result.error_text
-        if "Invalid job id" in text or "already completing or completed" in text or "Job/step already" in text:
+        if commands.cancel_means_finished(result.error_text):
             return
-        raise NpaRemoteError(f"scancel {job_id} failed on {result.host} (exit {result.returncode}): {text[-1000:]}")
+        raise NpaRemoteError(
+            f"scancel {job_id} failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"
+        )
 
     async def atail_logs(
         self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20

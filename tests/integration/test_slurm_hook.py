@@ -1,0 +1,197 @@
+"""SlurmHook against the real local cluster, over real SSH (sshd on 127.0.0.1, key auth, host keys checked)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from npa_airflow.common.states import JobState
+from npa_airflow.exceptions import NpaConnectionError, NpaHostKeyError, NpaRemoteError, NpaValidationError
+from npa_airflow.slurm import hook as hook_module
+from npa_airflow.slurm.connection import SlurmConnectionConfig
+from npa_airflow.slurm.hook import SlurmHook
+from npa_airflow.slurm.staging import StagedFile
+
+pytestmark = pytest.mark.integration
+
+
+def _config(cluster, **overrides) -> SlurmConnectionConfig:
+    values = {
+        "conn_id": "slurm_test",
+        "hosts": (("127.0.0.1", cluster.port),),
+        "user": cluster.user,
+        "key_file": cluster.key_file,
+        "known_hosts": cluster.known_hosts,
+    }
+    values.update(overrides)
+    return SlurmConnectionConfig(**values)
+
+
+@pytest.fixture
+def hook(slurm_cluster) -> SlurmHook:
+    return SlurmHook("slurm_default")
+
+
+@pytest.fixture
+def workdir(slurm_cluster) -> str:
+    return f"{slurm_cluster.shared}/tests/hook-{uuid.uuid4().hex[:10]}"
+
+
+async def _wait_terminal(hook: SlurmHook, job_id: str, timeout: float = 90) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = (await hook.ajob_states([job_id])).get(job_id)
+        if info is not None and info.state.is_terminal:
+            return info
+        await asyncio.sleep(1)
+    raise AssertionError(f"job {job_id} did not finish within {timeout} s")
+
+
+async def _submit(hook: SlurmHook, workdir: str, body: str, *args: str) -> str:
+    script = f"{workdir}/{uuid.uuid4().hex[:8]}.sbatch"
+    result = await hook.astage_and_submit(
+        [StagedFile(script, f"#!/bin/bash\n{body}\n".encode(), 0o700)],
+        script,
+        sbatch_args=["--partition=cpu", f"--output={workdir}/%j.out", "--time=2", *args],
+    )
+    return result.job_id
+
+
+async def test_run_returns_output_and_exit_status(hook):
+    ok = await hook.arun(["printf", "%s|", "a b", "$(whoami)"])
+    assert ok.stdout == b"a b|$(whoami)|"  # arguments arrive as data, not shell code
+    failed = await hook.arun("echo oops >&2; exit 7", check=False)
+    assert (failed.returncode, failed.error_text) == (7, "oops")
+    with pytest.raises(NpaRemoteError, match="exit 7"):
+        await hook.arun("exit 7")
+
+
+async def test_write_file_is_atomic_and_private(hook, workdir):
+    path = f"{workdir}/secret.env"
+    data = b"export HF_TOKEN=canary\n\x00\xff binary tail"
+    await hook.awrite_file(path, data)
+    mode = await hook.arun(["stat", "-c", "%a %U", path])
+    assert mode.text.split() == ["600", "npa"]
+    back = await hook.arun(["cat", path])
+    assert back.stdout == data
+
+
+async def test_submit_complete_failed_and_batched_states(hook, workdir):
+    ok = await _submit(hook, workdir, "echo hello")
+    bad = await _submit(hook, workdir, "exit 7")
+    ok_info = await _wait_terminal(hook, ok)
+    bad_info = await _wait_terminal(hook, bad)
+    assert (ok_info.state, ok_info.exit_code) == (JobState.COMPLETE, 0)
+    assert (bad_info.state, bad_info.native_state, bad_info.exit_code) == (JobState.ERROR, "FAILED", 7)
+    both = await hook.ajob_states([ok, bad, "999999"])
+    assert set(both) == {ok, bad}  # one call answers for many ids; an unknown id is absent, not an error
+    assert (await hook.atail_log(f"{workdir}/{ok}.out", 0))[0] == b"hello\n"
+
+
+async def test_cancel_and_cancel_again(hook, workdir):
+    job = await _submit(hook, workdir, "sleep 120")
+    await hook.acancel(job)
+    info = await _wait_terminal(hook, job)
+    assert info.state is JobState.CANCELED
+    await hook.acancel(job)  # already finished counts as cancelled
+
+
+async def test_node_fail_is_seen_as_error(hook, workdir, cluster_admin):
+    job = await _submit(hook, workdir, "sleep 120", "--nodelist=c2", "--no-requeue")
+    for _ in range(30):
+        info = (await hook.ajob_states([job])).get(job)
+        if info is not None and info.state is JobState.RUNNING:
+            break
+        await asyncio.sleep(1)
+    try:
+        cluster_admin("scontrol update nodename=c2 state=down reason=npa-test")
+        info = await _wait_terminal(hook, job)
+    finally:
+        cluster_admin("scontrol update nodename=c2 state=resume")
+    assert (info.state, info.native_state) == (JobState.ERROR, "NODE_FAIL")
+
+
+async def test_tail_log_returns_only_new_bytes(hook, workdir):
+    path = f"{workdir}/grow.log"
+    await hook.awrite_file(path, b"line1\n", 0o644)
+    data, offset = await hook.atail_log(path, 0)
+    assert (data, offset) == (b"line1\n", 6)
+    await hook.arun(f"printf 'line2\\n' >> {path}")
+    data, offset = await hook.atail_log(path, offset)
+    assert (data, offset) == (b"line2\n", 12)
+    assert (await hook.atail_log(path, offset)) == (b"", 12)
+
+
+async def test_paths_and_missing_inputs_refused_before_writing(hook, workdir):
+    assert await hook.apaths_exist(["/etc/hostname", f"{workdir}/nope"]) == {
+        "/etc/hostname": True,
+        f"{workdir}/nope": False,
+    }
+    target = f"{workdir}/staged/job.sbatch"
+    with pytest.raises(NpaValidationError, match="nope"):
+        await hook.astage_and_submit([StagedFile(target, b"#!/bin/bash\n")], target, required_paths=[f"{workdir}/nope"])
+    assert not await hook.apath_exists(f"{workdir}/staged")
+
+
+async def test_find_jobs_by_exact_name(hook, workdir):
+    name = f"npa-find-{uuid.uuid4().hex[:8]}"
+    job = await _submit(hook, workdir, "sleep 30", f"--job-name={name}")
+    other = await _submit(hook, workdir, "sleep 30", f"--job-name={name}-other")
+    try:
+        found = await hook.afind_jobs_by_name([name])
+        assert [(i.job_id, i.job_name) for i in found] == [(job, name)]
+    finally:
+        await hook.acancel(job)
+        await hook.acancel(other)
+
+
+async def test_one_pooled_connection_per_loop(slurm_cluster):
+    pool_before = hook_module._pool().connects
+    hooks = [SlurmHook("slurm_default") for _ in range(5)]
+    await asyncio.gather(*(h.arun(["true"]) for h in hooks for _ in range(4)))
+    assert hook_module._pool().connects - pool_before == 1
+
+
+async def test_unknown_host_key_is_refused(slurm_cluster, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    hook = SlurmHook(config=_config(slurm_cluster, known_hosts=str(empty)))
+    with pytest.raises(NpaHostKeyError, match="not trusted"):
+        await hook.arun(["true"])
+
+
+async def test_changed_host_key_is_refused(slurm_cluster, tmp_path):
+    key = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"[127.0.0.1]:{slurm_cluster.port} {(tmp_path / 'other.pub').read_text()}")
+    hook = SlurmHook(config=_config(slurm_cluster, known_hosts=str(wrong)))
+    with pytest.raises(NpaHostKeyError):
+        await hook.arun(["true"])
+
+
+async def test_failover_to_second_login_host(slurm_cluster, capfd):
+    dead = ("127.0.0.1", 1)  # nothing listens on port 1
+    hook = SlurmHook(config=_config(slurm_cluster, hosts=(dead, ("127.0.0.1", slurm_cluster.port2))))
+    result = await hook.arun(["true"])
+    assert result.host == f"127.0.0.1:{slurm_cluster.port2}"
+    out, err = capfd.readouterr()
+    assert "Login host 127.0.0.1:1 unreachable" in out + err
+    assert f"failing over to 127.0.0.1:{slurm_cluster.port2}" in out + err
+
+
+async def test_no_reachable_host_is_a_clear_error(slurm_cluster):
+    hook = SlurmHook(config=_config(slurm_cluster, hosts=(("127.0.0.1", 1),)), connect_attempts=1)
+    with pytest.raises(NpaConnectionError, match="no login host"):
+        await hook.arun(["true"])
+
+
+def test_sync_facade_shares_one_connection(slurm_cluster):
+    hook = SlurmHook("slurm_default")
+    assert hook.run(["echo", "sync"]).text == "sync\n"
+    assert hook.path_exists("/etc/hostname")
+    assert "cpu" in hook.partitions()
