@@ -1,0 +1,85 @@
+"""The Slurm job handle: everything needed to find, watch, tail and cancel one submitted job.
+
+It travels as JSON (XCom key ``slurm_job``, trigger kwargs), so ``from_dict`` validates every field:
+a handle read back from XCom or a trigger row is as trustworthy as one built in-process.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from npa_airflow.common.naming import validate_job_name
+from npa_airflow.exceptions import NpaValidationError
+
+XCOM_KEY = "slurm_job"
+
+_JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
+_CLUSTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_HOST_RE = re.compile(r"[A-Za-z0-9_.:\[\]-]{1,255}")
+_CONN_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,250}")
+
+
+def _check_path(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.startswith("/") or any(c in value for c in "\x00\n\r"):
+        raise NpaValidationError(f"SlurmJobHandle.{name}={value!r} must be an absolute path without NUL or newline")
+
+
+@dataclass(frozen=True)
+class SlurmJobHandle:
+    conn_id: str
+    cluster: str | None  # set for multi-cluster sites (sbatch printed "id;cluster"): -M on every command
+    job_id: str
+    job_name: str
+    login_host: str  # the login host that ran sbatch
+    results_dir: str
+    stdout_path: str  # concrete paths (no %x/%j patterns): the operator creates their directory
+    stderr_path: str
+    try_number: int
+    retry_of: str | None = None  # the job id of the earlier try this one replaces, if any
+    submitted_at: float | None = None  # epoch seconds
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.conn_id, str) or not _CONN_ID_RE.fullmatch(self.conn_id):
+            raise NpaValidationError(f"SlurmJobHandle.conn_id={self.conn_id!r} is not a valid connection id")
+        if self.cluster is not None and (not isinstance(self.cluster, str) or not _CLUSTER_RE.fullmatch(self.cluster)):
+            raise NpaValidationError(f"SlurmJobHandle.cluster={self.cluster!r} is not a valid Slurm cluster name")
+        for name in ("job_id", "retry_of"):
+            value = getattr(self, name)
+            if value is None and name == "retry_of":
+                continue
+            if not isinstance(value, str) or not _JOB_ID_RE.fullmatch(value):
+                raise NpaValidationError(f"SlurmJobHandle.{name}={value!r} is not a Slurm job id")
+        validate_job_name(self.job_name, "SlurmJobHandle.job_name")
+        if not isinstance(self.login_host, str) or not _HOST_RE.fullmatch(self.login_host):
+            raise NpaValidationError(f"SlurmJobHandle.login_host={self.login_host!r} is not a host name")
+        for name in ("results_dir", "stdout_path", "stderr_path"):
+            _check_path(name, getattr(self, name))
+        if not isinstance(self.try_number, int) or isinstance(self.try_number, bool) or self.try_number < 1:
+            raise NpaValidationError(f"SlurmJobHandle.try_number={self.try_number!r} must be an integer >= 1")
+        if self.submitted_at is not None and (
+            isinstance(self.submitted_at, bool)
+            or not isinstance(self.submitted_at, (int, float))
+            or not math.isfinite(self.submitted_at)
+        ):
+            raise NpaValidationError(f"SlurmJobHandle.submitted_at={self.submitted_at!r} must be epoch seconds")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (str, int, float, None only) that :meth:`from_dict` reads back."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> SlurmJobHandle:
+        if not isinstance(data, dict):
+            raise NpaValidationError(f"a Slurm job handle must be a dict, got {type(data).__name__}: {data!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise NpaValidationError(f"Slurm job handle has unknown keys {unknown}; known keys are {sorted(known)}")
+        required = {f.name for f in fields(cls) if f.name not in ("retry_of", "submitted_at")}
+        missing = sorted(required - set(data))
+        if missing:
+            raise NpaValidationError(f"Slurm job handle is missing {missing}: {data!r}")
+        return cls(**data)
