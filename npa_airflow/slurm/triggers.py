@@ -1,0 +1,360 @@
+"""SlurmJobTrigger: wait for a Slurm job in the triggerer, streaming its stdout/stderr into the task log.
+
+The trigger does no polling of its own: it registers with the process-wide poller of its cluster
+(`npa_airflow.slurm.poller`), which queries all waiting jobs of that cluster in one command per cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from npa_airflow.common.states import JobState
+from npa_airflow.slurm.poller import PollUpdate, Registration, get_poller, offsets_file_for
+
+MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
+TAIL_LINES = 60  # lines of the job's output carried in a failure event
+ON_KILL_TIMEOUT = 20.0
+
+EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline")
+
+
+def make_event_payload(status: str, handle: dict[str, Any], message: str, **extra: Any) -> dict[str, Any]:
+    """The one shape of every event this trigger fires (validated by `validate_event`)."""
+    if status not in EVENT_STATUSES:
+        raise ValueError(f"unknown Slurm trigger event status {status!r}; expected one of {EVENT_STATUSES}")
+    return {"status": status, "job_id": str(handle["job_id"]), "handle": handle, "message": message, **extra}
+
+
+def validate_event(event: Any) -> dict[str, Any]:
+    """Check an event before the operator acts on it; raise ValueError naming what is wrong."""
+    if not isinstance(event, dict):
+        raise ValueError(f"Slurm trigger event must be a dict, got {type(event).__name__}: {event!r}")
+    missing = [k for k in ("status", "job_id", "handle", "message") if k not in event]
+    if missing:
+        raise ValueError(f"Slurm trigger event lacks {missing}: {event!r}")
+    if event["status"] not in EVENT_STATUSES:
+        raise ValueError(f"Slurm trigger event has unknown status {event['status']!r}; expected {EVENT_STATUSES}")
+    if not isinstance(event["handle"], dict) or str(event["handle"].get("job_id")) != str(event["job_id"]):
+        raise ValueError(f"Slurm trigger event's handle does not match job {event['job_id']!r}: {event!r}")
+    return event
+
+
+class _LineSplitter:
+    """Turns byte chunks of one file into complete lines; keeps a partial last line for the next chunk."""
+
+    def __init__(self, offset: int) -> None:
+        self.pending = b""
+        self.committed = offset  # end of the last line handed out
+
+    def feed(self, data: bytes, end_offset: int) -> list[str]:
+        buf = self.pending + data
+        *lines, rest = buf.split(b"\n")
+        if len(rest) > MAX_PARTIAL_LINE:
+            lines.append(rest)
+            rest = b""
+        self.pending = rest
+        self.committed = end_offset - len(rest)
+        return [line.rstrip(b"\r").decode("utf-8", errors="replace") for line in lines]
+
+    def flush(self) -> list[str]:
+        """At job end, a last line without a newline is complete."""
+        if not self.pending:
+            return []
+        line, self.pending = self.pending, b""
+        self.committed += len(line)
+        return [line.rstrip(b"\r").decode("utf-8", errors="replace")]
+
+
+class SlurmJobTrigger(BaseTrigger):
+    """Fire one event when Slurm job `handle["job_id"]` ends, or when `deadline` (epoch seconds) passes.
+
+    :param handle: the job handle dict (`SlurmJobHandle.to_dict()`).
+    :param conn_id: the Slurm connection.
+    :param poll_interval: wanted seconds between polls while running (the poller never goes below its floor).
+    :param deadline: epoch seconds after which the trigger fires a "deadline" event (the operator cancels).
+    :param require_marker: for COMPLETED, also require this file (relative to the results dir, or absolute).
+    :param log_offsets: {log path: byte offset} already written to the task log.
+    :param stream_logs: write the job's stdout/stderr to the task log as it appears.
+    :param cancel_on_kill: scancel the job when a user kills the deferred task.
+    """
+
+    def __init__(
+        self,
+        handle: dict[str, Any],
+        conn_id: str,
+        poll_interval: float = 15.0,
+        deadline: float | None = None,
+        require_marker: str | None = None,
+        log_offsets: dict[str, int] | None = None,
+        stream_logs: bool = True,
+        cancel_on_kill: bool = True,
+    ) -> None:
+        super().__init__()
+        if not isinstance(handle, dict) or not handle.get("job_id"):
+            raise ValueError(f"SlurmJobTrigger needs a handle dict with a job_id, got {handle!r}")
+        self.handle = handle
+        self.conn_id = conn_id
+        self.poll_interval = float(poll_interval)
+        self.deadline = float(deadline) if deadline is not None else None
+        self.require_marker = require_marker
+        self.log_offsets = {str(k): int(v) for k, v in (log_offsets or {}).items()}
+        self.stream_logs = stream_logs
+        self.cancel_on_kill = cancel_on_kill
+        self._fired = False
+        self._registration: Registration | None = None
+        self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "handle": self.handle,
+                "conn_id": self.conn_id,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "require_marker": self.require_marker,
+                "log_offsets": self.log_offsets,
+                "stream_logs": self.stream_logs,
+                "cancel_on_kill": self.cancel_on_kill,
+            },
+        )
+
+    # -- paths -------------------------------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> str:
+        return str(self.handle["job_id"])
+
+    def log_paths(self) -> list[tuple[str, str]]:
+        """(label, path) for each distinct log file of the job."""
+        out: list[tuple[str, str]] = []
+        for label, key in (("stdout", "stdout_path"), ("stderr", "stderr_path")):
+            path = self.handle.get(key)
+            if path and all(p != path for _, p in out):
+                out.append((label, path))
+        return out
+
+    def marker_path(self) -> str | None:
+        if not self.require_marker:
+            return None
+        if self.require_marker.startswith("/"):
+            return self.require_marker
+        results_dir = self.handle.get("results_dir")
+        if not results_dir:
+            return None
+        return f"{results_dir.rstrip('/')}/{self.require_marker}"
+
+    # -- run ---------------------------------------------------------------------------------------------
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        poller = get_poller(self.conn_id)
+        paths = self.log_paths() if self.stream_logs else []
+        stdout = self.handle.get("stdout_path")
+        reg = poller.register(
+            self.job_id,
+            log_offsets=[(p, self.log_offsets.get(p, 0)) for _, p in paths],
+            offsets_file=offsets_file_for(stdout) if stdout and paths else None,
+            interval=self.poll_interval,
+            submitted_at=self.handle.get("submitted_at"),
+        )
+        self._registration = reg
+        labels = {p: label for label, p in paths}
+        splitters: dict[str, _LineSplitter] = {}
+        problems = 0
+        self.log.info("Waiting for Slurm job %s (%s)", self.job_id, self.handle.get("job_name"))
+        try:
+            last_state: JobState | None = None
+            while True:
+                update = await self._next_update(reg)
+                if update is None:
+                    yield self._fire("deadline", f"Slurm job {self.job_id} still not finished at its deadline")
+                    return
+                self._write_logs(update, reg, labels, splitters)
+                if update.error:
+                    problems += 1
+                    if problems == 1 or problems % 10 == 0:
+                        self.log.warning("Slurm job %s: %s", self.job_id, update.error)
+                else:
+                    problems = 0
+                if update.state is not last_state and update.info is not None:
+                    last_state = update.state
+                    self.log.info("Slurm job %s is %s (%s)", self.job_id, update.info.native_state, update.state.value)
+                if update.state.is_terminal and update.logs_drained:
+                    for path, splitter in splitters.items():
+                        for line in splitter.flush():
+                            self._log_line(labels.get(path, "stdout"), line)
+                        reg.commit(path, splitter.committed)
+                    self.log_offsets = {c.path: c.committed for c in reg.cursors}
+                    event = await self._terminal_event(update)
+                    if event is None:
+                        yield self._fire("deadline", f"Slurm job {self.job_id}: deadline passed")
+                        return
+                    yield event
+                    return
+                if self._deadline_passed():
+                    yield self._fire("deadline", f"Slurm job {self.job_id} still not finished at its deadline")
+                    return
+        finally:
+            poller.unregister(reg)
+
+    async def cleanup(self) -> None:
+        """Keep the log position for the next triggerer (never cancels the job)."""
+        reg = self._registration
+        if reg is not None and not self._fired:
+            await get_poller(self.conn_id).flush_offsets(reg)
+
+    def _deadline_passed(self) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
+
+    async def _next_update(self, reg: Registration) -> PollUpdate | None:
+        if self.deadline is None:
+            return await reg.queue.get()
+        remaining = self.deadline - time.time()
+        if remaining <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(reg.queue.get(), remaining)
+        except TimeoutError:
+            return None
+
+    def _log_line(self, label: str, line: str) -> None:
+        self._tail.append(line if label == "stdout" else f"[stderr] {line}")
+        if label == "stdout":
+            self.log.info("%s", line)
+        else:
+            self.log.info("[stderr] %s", line)
+
+    def _write_logs(
+        self,
+        update: PollUpdate,
+        reg: Registration,
+        labels: dict[str, str],
+        splitters: dict[str, _LineSplitter],
+    ) -> None:
+        for chunk in update.chunks:
+            if not chunk.data:
+                continue
+            splitter = splitters.get(chunk.path)
+            if splitter is None:
+                splitter = splitters[chunk.path] = _LineSplitter(chunk.offset - len(chunk.data))
+            for line in splitter.feed(chunk.data, chunk.offset):
+                self._log_line(labels.get(chunk.path, "stdout"), line)
+            reg.commit(chunk.path, splitter.committed)
+        self.log_offsets = {c.path: c.committed for c in reg.cursors}
+
+    async def _terminal_event(self, update: PollUpdate) -> TriggerEvent | None:
+        info = update.info
+        details: dict[str, Any] = {
+            "state": update.state.value,
+            "native_state": info.native_state if info else None,
+            "exit_code": info.exit_code if info else None,
+            "signal": info.signal if info else None,
+            "node_list": info.node_list if info else None,
+            "reason": info.reason if info else None,
+            "log_tail": "\n".join(self._tail),
+        }
+        native = details["native_state"]
+        if update.state is JobState.COMPLETE:
+            marker = self.marker_path()
+            if marker:
+                found = await self._marker_exists(marker)
+                if found is None:
+                    return None
+                if not found:
+                    return self._fire(
+                        "marker_missing",
+                        f"Slurm job {self.job_id} ended COMPLETED but its success marker {marker} is missing",
+                        marker=marker,
+                        **details,
+                    )
+            return self._fire("success", f"Slurm job {self.job_id} COMPLETED", **details)
+        if update.state is JobState.CANCELED:
+            return self._fire("canceled", f"Slurm job {self.job_id} ended {native}", **details)
+        return self._fire(
+            "failed",
+            f"Slurm job {self.job_id} ended {native} (exit code {details['exit_code']})",
+            **details,
+        )
+
+    async def _marker_exists(self, marker: str) -> bool | None:
+        """True/False, or None when the deadline passed before the cluster could answer."""
+        hook = get_poller(self.conn_id).hook
+        delay = 2.0
+        while True:
+            try:
+                return bool(await hook.apath_exists(marker))
+            except Exception as exc:
+                self.log.warning("Could not check success marker %s (%s); retrying", marker, exc)
+            if self._deadline_passed():
+                return None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 60.0)
+
+    def _fire(self, status: str, message: str, **extra: Any) -> TriggerEvent:
+        self._fired = True
+        payload = make_event_payload(status, self.handle, message, log_offsets=dict(self.log_offsets), **extra)
+        return TriggerEvent(payload)
+
+    # -- user kill ---------------------------------------------------------------------------------------
+
+    async def on_kill(self) -> None:
+        """Cancel the job when a user kills the deferred task (mark failed/success, clear)."""
+        if self._fired or not self.cancel_on_kill:
+            return
+        try:
+            if await self._task_still_deferred():
+                self.log.info(
+                    "on_kill for Slurm job %s ignored: the task is still deferred (trigger moved)", self.job_id
+                )
+                return
+            hook = get_poller(self.conn_id).hook
+            infos = await asyncio.wait_for(hook.ajob_states([self.job_id]), ON_KILL_TIMEOUT)
+            info = infos.get(self.job_id)
+            if info is not None and info.state.is_terminal:
+                self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
+                return
+            self.log.info("Cancelling Slurm job %s (task killed by a user)", self.job_id)
+            await asyncio.wait_for(hook.acancel(self.job_id), ON_KILL_TIMEOUT)
+            self.log.info("Cancelled Slurm job %s", self.job_id)
+        except Exception as exc:
+            self.log.error("Could not cancel Slurm job %s: %s", self.job_id, exc)
+
+    async def _task_still_deferred(self) -> bool:
+        """True only when the metadata DB confirms the task instance is still DEFERRED (a reassignment)."""
+        ti = self.task_instance
+        if ti is None:
+            return False
+        try:
+            from airflow.sdk.execution_time.comms import GetTaskStates
+            from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+            response = await asyncio.wait_for(
+                SUPERVISOR_COMMS.asend(
+                    GetTaskStates(
+                        dag_id=ti.dag_id,
+                        task_ids=[ti.task_id],
+                        run_ids=[ti.run_id],
+                        map_index=ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None,
+                    )
+                ),
+                5.0,
+            )
+        except Exception as exc:
+            self.log.debug("Could not read the task state (%s); treating on_kill as a user kill", exc)
+            return False
+        states = _flatten_states(getattr(response, "task_states", None))
+        return bool(states) and all(s == "deferred" for s in states)
+
+
+def _flatten_states(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _flatten_states(v)]
+    if value is None:
+        return []
+    return [str(getattr(value, "value", value)).lower()]

@@ -1,0 +1,271 @@
+"""SlurmJobTrigger: persistence round trip, events, live log lines, deadline, on_kill guards.
+
+Job states come from `LocalClusterDouble` (test double for SlurmHook at the boundary, see test_poller.py);
+log files are real files read by the real tail/offsets shell commands in local bash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from airflow.models.trigger import Trigger
+
+from npa_airflow.common.states import JobState
+from npa_airflow.slurm import poller as poller_mod
+from npa_airflow.slurm.poller import get_poller, offsets_file_for, reset_pollers
+from npa_airflow.slurm.triggers import (
+    SlurmJobTrigger,
+    _LineSplitter,
+    make_event_payload,
+    validate_event,
+)
+from tests.unit.slurm.test_poller import LocalClusterDouble
+
+LOGGER = "npa.test.trigger"  # Airflow's structlog logger is swapped for a stdlib one that caplog sees
+
+
+def handle_for(tmp_path: Path, job_id: str = "42", **overrides) -> dict:
+    handle = {
+        "conn_id": "slurm_test",
+        "cluster": None,
+        "job_id": job_id,
+        "job_name": f"npa-dag-task-abc-t1-{job_id}",
+        "login_host": "127.0.0.1:2222",
+        "results_dir": str(tmp_path / "results"),
+        "stdout_path": str(tmp_path / f"slurm-{job_id}.out"),
+        "stderr_path": str(tmp_path / f"slurm-{job_id}.err"),
+        "try_number": 1,
+        "retry_of": None,
+        "submitted_at": time.time() - 3600,
+    }
+    handle.update(overrides)
+    return handle
+
+
+@pytest.fixture(autouse=True)
+def fast_poller(monkeypatch):
+    monkeypatch.setattr(poller_mod, "FLOOR_SECONDS", 0.01)
+    monkeypatch.setattr(poller_mod, "IDLE_STOP_SECONDS", 0.2)
+    reset_pollers()
+    yield
+    reset_pollers()
+
+
+@pytest.fixture
+def double() -> LocalClusterDouble:
+    return LocalClusterDouble()
+
+
+def make_trigger(handle: dict, double: LocalClusterDouble, **kwargs) -> SlurmJobTrigger:
+    trigger = SlurmJobTrigger(handle=handle, conn_id="slurm_test", poll_interval=0.01, **kwargs)
+    trigger._log = logging.getLogger(LOGGER)
+    return trigger
+
+
+async def first_event(trigger: SlurmJobTrigger, double: LocalClusterDouble, timeout: float = 10):
+    get_poller("slurm_test", lambda _: double)
+    gen = trigger.run()
+    try:
+        return await asyncio.wait_for(anext(gen), timeout)
+    finally:
+        await gen.aclose()
+
+
+def logged_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == logging.INFO]
+
+
+def test_serialize_round_trip_through_the_trigger_table(tmp_path):
+    trigger = SlurmJobTrigger(
+        handle=handle_for(tmp_path),
+        conn_id="slurm_x",
+        poll_interval=7,
+        deadline=1_900_000_000.5,
+        require_marker="status.json",
+        log_offsets={"/a/b.out": 12},
+        stream_logs=False,
+        cancel_on_kill=False,
+    )
+    row = Trigger.from_object(trigger)
+    from airflow.jobs.triggerer_job_runner import TriggerRunner
+
+    cls = TriggerRunner().get_trigger_by_classpath(row.classpath)
+    rebuilt = cls(**row.kwargs)
+    assert rebuilt.serialize() == trigger.serialize()
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "npa_airflow.slurm.triggers.SlurmJobTrigger"
+    import inspect
+
+    assert set(kwargs) == set(inspect.signature(SlurmJobTrigger.__init__).parameters) - {"self"}
+
+
+def test_trigger_rejects_handle_without_job_id():
+    with pytest.raises(ValueError, match="job_id"):
+        SlurmJobTrigger(handle={"job_name": "x"}, conn_id="c")
+
+
+def test_event_validation(tmp_path):
+    handle = handle_for(tmp_path)
+    good = make_event_payload("success", handle, "done")
+    assert validate_event(good) is good
+    with pytest.raises(ValueError, match="must be a dict"):
+        validate_event("success")
+    with pytest.raises(ValueError, match="lacks"):
+        validate_event({"status": "success"})
+    with pytest.raises(ValueError, match="unknown status 'weird'"):
+        validate_event({**good, "status": "weird"})
+    with pytest.raises(ValueError, match="does not match job"):
+        validate_event({**good, "job_id": "43"})
+    with pytest.raises(ValueError, match="unknown Slurm trigger event status"):
+        make_event_payload("nope", handle, "x")
+
+
+def test_line_splitter_keeps_partial_lines_and_replaces_bad_utf8():
+    s = _LineSplitter(offset=100)
+    assert s.feed(b"one\ntw", 106) == ["one"]
+    assert s.committed == 104  # the partial "tw" is not committed
+    assert s.feed(b"o\r\n\xff\xfebad\n", 115) == ["two", "\ufffd\ufffdbad"]
+    assert s.committed == 115
+    assert s.feed(b"tail-no-newline", 130) == []
+    assert s.flush() == ["tail-no-newline"] and s.committed == 130
+
+
+async def test_success_streams_lines_in_order_then_fires(tmp_path, double, caplog):
+    caplog.set_level(logging.INFO)
+    handle = handle_for(tmp_path)
+    Path(handle["stdout_path"]).write_bytes(b"step 1\nstep 2\npart")
+    Path(handle["stderr_path"]).write_bytes(b"warn: x\n")
+    double.states["42"] = JobState.RUNNING
+    trigger = make_trigger(handle, double)
+    get_poller("slurm_test", lambda _: double)
+    gen = trigger.run()
+    task = asyncio.ensure_future(anext(gen))
+    for _ in range(200):
+        if "step 2" in logged_lines(caplog):
+            break
+        await asyncio.sleep(0.01)
+    assert not task.done()
+    with open(handle["stdout_path"], "ab") as f:
+        f.write(b"ial line\nlast")
+    await asyncio.sleep(0.1)
+    double.states["42"] = JobState.COMPLETE
+    event = await asyncio.wait_for(task, 10)
+    await gen.aclose()
+    assert event.payload["status"] == "success"
+    lines = [line for line in logged_lines(caplog) if not line.startswith(("Waiting", "Slurm job"))]
+    assert lines == ["step 1", "step 2", "[stderr] warn: x", "partial line", "last"]
+    assert event.payload["log_offsets"] == {
+        handle["stdout_path"]: len(b"step 1\nstep 2\npartial line\nlast"),
+        handle["stderr_path"]: len(b"warn: x\n"),
+    }
+    validate_event(event.payload)
+
+
+async def test_failure_event_carries_exit_code_and_log_tail(tmp_path, double):
+    handle = handle_for(tmp_path, stderr_path=None)
+    Path(handle["stdout_path"]).write_bytes(b"loading\nTraceback: boom\n")
+    double.states["42"] = JobState.ERROR
+    event = await first_event(make_trigger(handle, double), double)
+    assert event.payload["status"] == "failed"
+    assert event.payload["native_state"] == "FAILED"
+    assert event.payload["log_tail"].endswith("Traceback: boom")
+
+
+async def test_cancelled_outside_is_reported_as_canceled(tmp_path, double):
+    double.states["42"] = JobState.CANCELED
+    event = await first_event(make_trigger(handle_for(tmp_path), double), double)
+    assert event.payload["status"] == "canceled"
+
+
+async def test_required_marker(tmp_path, double):
+    handle = handle_for(tmp_path)
+    double.states["42"] = JobState.COMPLETE
+    missing = await first_event(make_trigger(handle, double, require_marker="status.json"), double)
+    assert missing.payload["status"] == "marker_missing"
+    assert missing.payload["marker"] == f"{handle['results_dir']}/status.json"
+    Path(handle["results_dir"]).mkdir()
+    Path(handle["results_dir"], "status.json").write_text("{}")
+    found = await first_event(make_trigger(handle, double, require_marker="status.json"), double)
+    assert found.payload["status"] == "success"
+
+
+async def test_unknown_state_waits_until_the_deadline(tmp_path, double):
+    double.fail_states = 10**6  # the cluster never answers
+    trigger = make_trigger(handle_for(tmp_path), double, deadline=time.time() + 0.5)
+    event = await first_event(trigger, double)
+    assert event.payload["status"] == "deadline"
+    assert len(double.state_calls) >= 1  # it kept trying rather than guessing
+
+
+async def test_restart_does_not_replay_logged_lines(tmp_path, double, caplog):
+    caplog.set_level(logging.INFO)
+    handle = handle_for(tmp_path, stderr_path=None)
+    out = Path(handle["stdout_path"])
+    out.write_bytes(b"a\nb\n")
+    double.states["42"] = JobState.RUNNING
+    first = make_trigger(handle, double)
+    get_poller("slurm_test", lambda _: double)
+    gen = first.run()
+    task = asyncio.ensure_future(anext(gen))
+    for _ in range(200):
+        if "b" in logged_lines(caplog):
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()  # the triggerer stops: no event, cleanup() keeps the position
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await gen.aclose()
+    await first.cleanup()
+    assert json.loads(Path(offsets_file_for(str(out))).read_text()) == {str(out): 4}
+
+    reset_pollers()  # a new triggerer process, with the trigger rebuilt from its original kwargs
+    out.write_bytes(b"a\nb\nc\n")
+    double.states["42"] = JobState.COMPLETE
+    caplog.clear()
+    second = make_trigger(handle, double)
+    event = await first_event(second, double)
+    assert event.payload["status"] == "success"
+    assert [x for x in logged_lines(caplog) if len(x) == 1] == ["c"]
+
+
+async def test_on_kill_cancels_a_running_job(tmp_path, double):
+    double.states["42"] = JobState.RUNNING
+    trigger = make_trigger(handle_for(tmp_path), double)
+    get_poller("slurm_test", lambda _: double)
+    await trigger.on_kill()
+    assert double.states["42"] is JobState.CANCELED
+
+
+async def test_on_kill_skips_finished_jobs_fired_triggers_and_opt_out(tmp_path, double):
+    cancels = []
+
+    async def acancel(job_id):
+        cancels.append(job_id)
+
+    double.acancel = acancel
+    get_poller("slurm_test", lambda _: double)
+    double.states["42"] = JobState.COMPLETE
+    await make_trigger(handle_for(tmp_path), double).on_kill()
+    double.states["42"] = JobState.RUNNING
+    fired = make_trigger(handle_for(tmp_path), double)
+    fired._fired = True
+    await fired.on_kill()
+    await make_trigger(handle_for(tmp_path), double, cancel_on_kill=False).on_kill()
+    assert cancels == []
+
+
+async def test_on_kill_logs_instead_of_raising(tmp_path, double, caplog):
+    double.states["42"] = JobState.RUNNING
+
+    async def acancel(job_id):
+        raise ConnectionError("login host down")
+
+    double.acancel = acancel
+    get_poller("slurm_test", lambda _: double)
+    await make_trigger(handle_for(tmp_path), double).on_kill()
+    assert any("Could not cancel Slurm job 42" in r.getMessage() for r in caplog.records)
