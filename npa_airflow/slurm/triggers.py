@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from npa_airflow.common.handle import SlurmJobHandle
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.poller import PollUpdate, Registration, get_poller, offsets_file_for
 
@@ -96,8 +97,7 @@ class SlurmJobTrigger(BaseTrigger):
         cancel_on_kill: bool = True,
     ) -> None:
         super().__init__()
-        if not isinstance(handle, dict) or not handle.get("job_id"):
-            raise ValueError(f"SlurmJobTrigger needs a handle dict with a job_id, got {handle!r}")
+        SlurmJobHandle.from_dict(handle)  # a handle from XCom or a trigger row is validated like a new one
         self.handle = handle
         self.conn_id = conn_id
         self.poll_interval = float(poll_interval)

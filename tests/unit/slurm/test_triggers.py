@@ -34,7 +34,7 @@ def handle_for(tmp_path: Path, job_id: str = "42", **overrides) -> dict:
         "conn_id": "slurm_test",
         "cluster": None,
         "job_id": job_id,
-        "job_name": f"npa-dag-task-abc-t1-{job_id}",
+        "job_name": "npa-dag-task-abc1234567-t1",
         "login_host": "127.0.0.1:2222",
         "results_dir": str(tmp_path / "results"),
         "stdout_path": str(tmp_path / f"slurm-{job_id}.out"),
@@ -167,7 +167,7 @@ async def test_success_streams_lines_in_order_then_fires(tmp_path, double, caplo
 
 
 async def test_failure_event_carries_exit_code_and_log_tail(tmp_path, double):
-    handle = handle_for(tmp_path, stderr_path=None)
+    handle = handle_for(tmp_path, stderr_path=str(tmp_path / "slurm-42.out"))
     Path(handle["stdout_path"]).write_bytes(b"loading\nTraceback: boom\n")
     double.states["42"] = JobState.ERROR
     event = await first_event(make_trigger(handle, double), double)
@@ -204,7 +204,7 @@ async def test_unknown_state_waits_until_the_deadline(tmp_path, double):
 
 async def test_restart_does_not_replay_logged_lines(tmp_path, double, caplog):
     caplog.set_level(logging.INFO)
-    handle = handle_for(tmp_path, stderr_path=None)
+    handle = handle_for(tmp_path, stderr_path=str(tmp_path / "slurm-42.out"))
     out = Path(handle["stdout_path"])
     out.write_bytes(b"a\nb\n")
     double.states["42"] = JobState.RUNNING
