@@ -1,0 +1,246 @@
+"""The SkyPilot HTTP protocol: request building, and parsing of answers recorded from a real 0.14.1 server.
+
+The samples under samples/ were recorded by tests/skypilot/record_samples.py against `dev/skypilot up`.
+The transport tests replay them through httpx.MockTransport (a stand-in at the HTTP boundary only).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from npa_airflow.burst import client as sky
+from npa_airflow.common.states import JobState
+from npa_airflow.exceptions import NpaConnectionError, NpaParseError, NpaValidationError
+
+SAMPLES = Path(__file__).resolve().parent / "samples"
+
+
+def sample(name: str) -> dict:
+    return json.loads((SAMPLES / f"{name}.json").read_text())
+
+
+IDENT = sky.Identity(user="airflow", config_overrides={"slurm": {"x": 1}})
+
+
+def test_every_request_carries_identity_and_config_override():
+    req = sky.build_launch(IDENT, "name: t\n---\nrun: x\n", "npa-c1", retry_until_up=True)
+    assert (req.method, req.path, req.idempotent) == ("POST", "/launch", False)
+    assert req.body["cluster_name"] == "npa-c1"
+    assert req.body["retry_until_up"] is True
+    assert req.body["env_vars"] == {"SKYPILOT_USER_ID": sky.user_hash("airflow"), "SKYPILOT_USER": "airflow"}
+    assert req.body["override_skypilot_config"] == {"slurm": {"x": 1}}
+    assert len(sky.user_hash("airflow")) == 8
+
+
+def test_status_never_asks_for_credentials_or_handles():
+    body = sky.build_status(IDENT, ["a"]).body
+    assert body["include_credentials"] is False
+    assert body["include_handle"] is False
+    assert body["cluster_names"] == ["a"]
+
+
+def test_api_cancel_refuses_an_empty_or_null_id_list():
+    for ids in ([], None):
+        with pytest.raises(NpaValidationError, match="cancels every request of the user"):
+            sky.build_api_cancel(IDENT, ids)
+    req = sky.build_api_cancel(IDENT, ["7cb6e6b7-25da-4c35-a962-beb9137e2d76"])
+    assert req.body["request_ids"] == ["7cb6e6b7-25da-4c35-a962-beb9137e2d76"]
+
+
+@pytest.mark.parametrize("bad", ["", "a b", "../../etc", "x" * 100, None])
+def test_request_ids_are_validated(bad):
+    with pytest.raises(NpaValidationError, match="not a SkyPilot request id"):
+        sky.build_get(bad)
+
+
+def test_headers_carry_api_version_and_optional_bearer_token():
+    assert sky.headers(None) == {"X-SkyPilot-API-Version": "62", "X-SkyPilot-Version": "0.14.1"}
+    assert sky.headers("tok")["Authorization"] == "Bearer tok"
+
+
+def test_health_sample_is_compatible():
+    rec = sample("health")
+    info = sky.check_compatible(sky.parse_health(rec["status_code"], rec["body"]), "http://x")
+    assert (info.api_version, info.version, info.status) == (62, "0.14.1", "healthy")
+
+
+def test_old_server_is_refused_with_what_to_do():
+    info = sky.ServerInfo(api_version=40, version="0.10.0", status="healthy")
+    with pytest.raises(NpaConnectionError, match=r"runs 0.10.0 \(API version 40\).*Upgrade the API server"):
+        sky.check_compatible(info, "http://x")
+
+
+def test_request_id_comes_from_the_header():
+    rec = sample("status_submit")
+    rid = sky.parse_request_id(rec["status_code"], rec["headers"], rec["body"], "/status")
+    assert rid == rec["headers"]["x-skypilot-request-id"]
+
+
+def test_successful_get_decodes_the_json_return_value():
+    result = sky.parse_get(200, sample("status_get")["body"], "x")
+    assert (result.name, result.status, result.return_value, result.error_type) == ("sky.status", "SUCCEEDED", [], None)
+    result.raise_for_error()
+    assert sky.parse_clusters(result.return_value) == {}
+
+
+def test_failed_request_error_is_readable_without_unpickling():
+    rec = sample("queue_missing_cluster_get")
+    assert rec["status_code"] == 500
+    result = sky.parse_get(rec["status_code"], rec["body"], "x")
+    assert result.status == "FAILED"
+    assert result.error_type == "ClusterDoesNotExist"
+    assert result.error_message == "Cluster 'npa-no-such-cluster' does not exist."  # ANSI colour codes stripped
+    assert "\x1b" in json.loads(rec["body"]["detail"]["error"])["message"]
+    with pytest.raises(sky.SkyPilotApiError, match="failed: ClusterDoesNotExist: Cluster 'npa-no-such") as info:
+        result.raise_for_error()
+    assert info.value.error_type == "ClusterDoesNotExist"
+
+
+def test_launch_failure_names_the_cause():
+    result = sky.parse_get(500, sample("launch_no_cloud_get")["body"], "x")
+    assert (result.name, result.error_type) == ("sky.launch", "NoCloudAccessError")
+    assert "Cloud access is not set up" in result.error_message
+
+
+def test_validation_error_lists_the_field():
+    rec = sample("launch_invalid_body")
+    with pytest.raises(sky.SkyPilotApiError, match=r"/launch answered 422: body.cluster_name: Field required"):
+        sky.parse_request_id(rec["status_code"], rec["headers"], rec["body"], "/launch")
+
+
+def test_unknown_request_is_a_clear_404():
+    rec = sample("get_unknown")
+    with pytest.raises(sky.SkyPilotApiError, match="not found on the API server") as info:
+        sky.parse_get(rec["status_code"], rec["body"], "00000000-0000-0000-0000-000000000000")
+    assert info.value.status_code == 404
+
+
+def test_api_status_is_read_without_waiting():
+    rec = sample("api_status")
+    statuses = sky.parse_request_statuses(rec["status_code"], rec["body"])
+    (result,) = statuses.values()
+    assert result.status == "SUCCEEDED" and result.name == "sky.status"
+
+
+def test_api_cancel_result_lists_cancelled_ids():
+    assert sky.parse_get(200, sample("api_cancel_get")["body"], "x").return_value == []
+
+
+def test_cancelled_request_raises_its_own_type():
+    result = sky.RequestResult(request_id="r", name="sky.launch", status="CANCELLED")
+    with pytest.raises(sky.SkyPilotRequestCancelled):
+        result.raise_for_error()
+
+
+def test_launch_and_job_status_results():
+    assert sky.parse_launch_result({"job_id": 3, "handle": "gASV..."}) == 3
+    assert sky.parse_launch_result({"job_id": None, "handle": None}) is None
+    with pytest.raises(NpaParseError):
+        sky.parse_launch_result("gASV")
+    assert sky.parse_job_status({"3": "RUNNING"}, 3) == "RUNNING"
+    assert sky.parse_job_status({"3": None}, 3) is None
+
+
+@pytest.mark.parametrize(
+    "native, state",
+    [
+        ("INIT", JobState.PENDING),
+        ("PENDING", JobState.PENDING),
+        ("SETTING_UP", JobState.RUNNING),
+        ("RUNNING", JobState.RUNNING),
+        ("SUCCEEDED", JobState.COMPLETE),
+        ("FAILED", JobState.ERROR),
+        ("FAILED_SETUP", JobState.ERROR),
+        ("FAILED_DRIVER", JobState.ERROR),
+        ("CANCELLED", JobState.CANCELED),
+        ("SOMETHING_NEW", JobState.UNKNOWN),
+        (None, JobState.UNKNOWN),
+    ],
+)
+def test_job_states_map_to_the_shared_vocabulary(native, state):
+    assert sky.interpret_job_state(native) is state
+
+
+@pytest.mark.parametrize(
+    "line, shown",
+    [
+        ("\x1b[32mI 12-02 13:11:05 train.py] step 1\x1b[0m\n", "I 12-02 13:11:05 train.py] step 1"),
+        ("<rich_update>Launching</rich_update>\n", None),
+        ("<heartbeat>x</heartbeat>", None),
+        ('<sky-payload>{"a": 1}</sky-payload>\n', None),
+        ("progress 10%\r", "progress 10%"),
+        ("   \n", None),
+        ("(head, rank=0) loss=0.1\n", "(head, rank=0) loss=0.1"),
+    ],
+)
+def test_log_lines_lose_ansi_and_control_codes(line, shown):
+    assert sky.clean_log_line(line) == shown
+
+
+# ---------------------------------------------------------------- transports (recorded answers)
+
+
+def replay(routes: dict[tuple[str, str], list[dict]], seen: list[httpx.Request]):
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        rec = routes[(request.method, request.url.path)].pop(0)
+        return httpx.Response(rec["status_code"], headers=rec["headers"], json=rec["body"])
+
+    return httpx.MockTransport(handler)
+
+
+def recorded_routes():
+    return {
+        ("GET", "/api/health"): [sample("health")],
+        ("POST", "/queue"): [sample("queue_missing_cluster_submit")],
+        ("GET", "/api/get"): [sample("queue_missing_cluster_get")],
+    }
+
+
+def test_sync_client_call_raises_the_servers_error():
+    seen: list[httpx.Request] = []
+    client = sky.SkyPilotClient("http://sky.test")
+    client._http = httpx.Client(
+        base_url="http://sky.test", headers=sky.headers("t0k"), transport=replay(recorded_routes(), seen)
+    )
+    assert client.health().api_version == 62
+    with pytest.raises(sky.SkyPilotApiError, match="ClusterDoesNotExist"):
+        client.call(sky.build_queue(client.identity, "npa-no-such-cluster"))
+    assert [r.url.path for r in seen] == ["/api/health", "/queue", "/api/get"]
+    assert all(r.headers["X-SkyPilot-API-Version"] == "62" for r in seen)
+    assert seen[1].headers["Authorization"] == "Bearer t0k"
+    assert (
+        seen[2].url.params["request_id"] == sample("queue_missing_cluster_submit")["headers"]["x-skypilot-request-id"]
+    )
+
+
+async def test_async_client_speaks_the_same_protocol():
+    seen: list[httpx.Request] = []
+    client = sky.AsyncSkyPilotClient("http://sky.test")
+    client._http = httpx.AsyncClient(
+        base_url="http://sky.test", headers=sky.headers(None), transport=replay(recorded_routes(), seen)
+    )
+    assert (await client.health()).version == "0.14.1"
+    with pytest.raises(sky.SkyPilotApiError, match="ClusterDoesNotExist"):
+        await client.call(sky.build_queue(client.identity, "npa-no-such-cluster"))
+    assert [r.url.path for r in seen] == ["/api/health", "/queue", "/api/get"]
+    assert "Authorization" not in seen[1].headers
+    await client.aclose()
+
+
+def test_launch_is_not_resent_after_an_ambiguous_transport_error():
+    calls = []
+
+    def handler(request):
+        calls.append(request)
+        raise httpx.ReadTimeout("slow", request=request)
+
+    client = sky.SkyPilotClient("http://sky.test", retries=3)
+    client._http = httpx.Client(base_url="http://sky.test", transport=httpx.MockTransport(handler))
+    with pytest.raises(NpaConnectionError, match="unreachable: ReadTimeout"):
+        client.submit(sky.build_launch(client.identity, "x", "c"))
+    assert len(calls) == 1
