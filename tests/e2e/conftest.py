@@ -1,0 +1,116 @@
+"""One real Airflow (dev/airflow) per test session, wired to the local Slurm cluster.
+
+It runs in its own AIRFLOW_HOME and port so a demo instance (dev/airflow's defaults) is left alone.
+NPA_E2E_KEEP=1 leaves it running after the session (a later session reuses it: faster iteration).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.airflow_api import AirflowApi, poll
+
+REPO = Path(__file__).resolve().parents[2]
+AIRFLOW_SCRIPT = REPO / "dev" / "airflow"
+E2E_DAGS = Path(__file__).resolve().parent / "dags"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in Path(item.fspath).resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@dataclass
+class AirflowInstance:
+    api: AirflowApi
+    env: dict[str, str]
+    home: Path
+
+    def script(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([str(AIRFLOW_SCRIPT), *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise AssertionError(f"dev/airflow {' '.join(args)} exited {r.returncode}:\n{r.stderr}\n{r.stdout}")
+        return r
+
+    def kill_triggerer(self) -> None:
+        self.script("kill-triggerer")
+
+    def start_triggerer(self) -> None:
+        self.script("start-triggerer")
+
+
+@pytest.fixture(scope="session")
+def airflow(slurm_cluster) -> Iterator[AirflowInstance]:
+    env = {
+        **os.environ,
+        "NPA_AIRFLOW_HOME": os.environ.get("NPA_E2E_AIRFLOW_HOME", "/var/tmp/npa-airflow-e2e"),
+        "NPA_AIRFLOW_PORT": os.environ.get("NPA_E2E_AIRFLOW_PORT", "28090"),
+        "NPA_AIRFLOW_EXTRA_DAGS": str(E2E_DAGS),
+        "NPA_AIRFLOW_USER": "admin",
+        "NPA_AIRFLOW_PASSWORD": "e2e-admin",
+    }
+    keep = os.environ.get("NPA_E2E_KEEP") == "1"
+    instance = AirflowInstance(
+        api=AirflowApi(f"http://127.0.0.1:{env['NPA_AIRFLOW_PORT']}", "admin", "e2e-admin"),
+        env=env,
+        home=Path(env["NPA_AIRFLOW_HOME"]),
+    )
+    reuse = keep and subprocess.run([str(AIRFLOW_SCRIPT), "status"], env=env, capture_output=True).returncode == 0
+    if not reuse:
+        started = time.monotonic()
+        instance.script("up", "--fresh", timeout=600)
+        print(f"\n[e2e] Airflow up in {time.monotonic() - started:.0f}s")
+    try:
+        yield instance
+    finally:
+        instance.api.close()
+        if not keep:
+            instance.script("down", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def api(airflow: AirflowInstance) -> AirflowApi:
+    return airflow.api
+
+
+@pytest.fixture(scope="session")
+def sacct_state(slurm_cluster):
+    """The Slurm state of a job as sacct reports it, read over real ssh as the cluster user."""
+
+    def state(job_id: str) -> str:
+        argv = [
+            "ssh", "-F", "/dev/null", "-i", slurm_cluster.key_file, "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={slurm_cluster.known_hosts}", "-p", str(slurm_cluster.port),
+            f"{slurm_cluster.user}@{slurm_cluster.host}",
+            f"sacct -X -n -P -o State -j {int(job_id.split(';')[0])}",
+        ]  # fmt: skip
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+        lines = out.split()
+        return lines[0] if lines else ""
+
+    return state
+
+
+@pytest.fixture(scope="session")
+def wait_sacct(sacct_state):
+    """Wait until sacct shows the job in a state starting with one of `prefixes`; return that state."""
+
+    def wait(job_id: str, prefixes: tuple[str, ...], timeout: float = 30) -> str:
+        return poll(
+            lambda: (s := sacct_state(job_id)).startswith(prefixes) and s,
+            timeout,
+            f"Slurm job {job_id} in {prefixes} (sacct)",
+            interval=1,
+        )
+
+    return wait
