@@ -66,9 +66,7 @@ class ImageRef:
     def enroot_uri(self) -> str:
         """What ``enroot import`` takes: ``docker://registry#image:tag``."""
         if self.sqsh_path is not None:
-            raise NpaValidationError(
-                f"image {self.sqsh_path!r} is already a .sqsh file; there is nothing to import"
-            )
+            raise NpaValidationError(f"image {self.sqsh_path!r} is already a .sqsh file; there is nothing to import")
         return f"docker://{self.pyxis_ref}"
 
     @property
@@ -145,9 +143,7 @@ def parse_image_ref(ref: str, *, field: str = "image") -> ImageRef:
     if "#" in body:
         registry, _, rest = body.partition("#")
         if not registry:
-            raise _bad(
-                field, value, "has an empty registry before '#'", "Write registry#image:tag or drop the '#'."
-            )
+            raise _bad(field, value, "has an empty registry before '#'", "Write registry#image:tag or drop the '#'.")
     else:
         first, slash, remainder = body.partition("/")
         if slash and (("." in first or ":" in first) or first == "localhost"):
@@ -185,9 +181,7 @@ def parse_image_ref(ref: str, *, field: str = "image") -> ImageRef:
             f"has an invalid tag {tag!r}",
             "Tags are 1-128 of [A-Za-z0-9_.-], not starting with '.' or '-'.",
         )
-    return ImageRef(
-        original=ref, registry=registry, repository=repository, tag=tag, tag_explicit=tag_explicit
-    )
+    return ImageRef(original=ref, registry=registry, repository=repository, tag=tag, tag_explicit=tag_explicit)
 
 
 def _parse_sqsh(field: str, value: str) -> ImageRef:
@@ -223,9 +217,7 @@ def is_latest(ref: str | ImageRef) -> bool:
 def validate_cache_dir(cache_dir: str, *, field: str = "sqsh_cache_dir") -> str:
     """An absolute, normalised directory (no trailing slash)."""
     if not cache_dir or not isinstance(cache_dir, str):
-        raise _bad(
-            field, str(cache_dir), "is empty", "Set sqsh_cache_dir on the slurm connection or the operator."
-        )
+        raise _bad(field, str(cache_dir), "is empty", "Set sqsh_cache_dir on the slurm connection or the operator.")
     _check_path(field, cache_dir)
     if not cache_dir.startswith("/"):
         raise _bad(
