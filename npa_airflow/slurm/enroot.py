@@ -9,10 +9,9 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 
 from npa_airflow.common.naming import validate_job_name
+from npa_airflow.common.templates import template_env
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.images import SQSH_CHECK_FUNCTION, ImageRef, parse_image_ref
 
@@ -29,31 +28,8 @@ _DIRECTIVE_PATH = re.compile(r"^/[A-Za-z0-9_./%+=@,-]+$")
 QOS_MEM_REASONS = ("QOSGrpMemLimit", "QOSGrpMem", "QOSMaxMemoryPerJob", "QOSMaxMemPerJob")
 
 
-def templates_dir() -> Path:
-    """``npa_airflow/templates`` in an installed wheel, the repository's ``templates/`` in a checkout."""
-    package = Path(__file__).resolve().parent.parent
-    for candidate in (package / "templates", package.parent / "templates"):
-        if (candidate / CONVERT_TEMPLATE).is_file():
-            return candidate
-    raise FileNotFoundError(f"{CONVERT_TEMPLATE} not found next to {package}")
-
-
-@cache
-def _environment():
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,  # noqa: S701 - renders bash; values go through `q` or are validated to need no quoting
-        keep_trailing_newline=True,
-    )
-    env.filters["q"] = lambda value: shlex.quote(str(value))
-    return env
-
-
 def render_template(name: str, **context: object) -> str:
-    return _environment().get_template(name).render(**context)
+    return template_env().get_template(name).render(**context)
 
 
 def directive_path(path: str, field: str) -> str:

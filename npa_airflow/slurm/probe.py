@@ -153,7 +153,7 @@ def render_probe_script(spec: ProbeSpec) -> str:
 
 
 def probe_source() -> bytes:
-    from npa_airflow.slurm.enroot import templates_dir
+    from npa_airflow.common.templates import templates_dir
 
     return (templates_dir() / PROBE_SCRIPT).read_bytes()
 
