@@ -55,6 +55,7 @@ class ConvertSpec:
     mem: str = DEFAULT_CONVERT_MEM
     time_minutes: int = MIN_CONVERT_MINUTES
     account: str | None = None
+    force: bool = False  # convert even when the target is already valid (``force_reconvert_latest``)
 
     def __post_init__(self) -> None:
         ref = self.image_ref  # validates
@@ -108,6 +109,7 @@ def render_convert_script(spec: ConvertSpec) -> str:
         target=spec.target,
         uri=spec.image_ref.enroot_uri,
         check_function=SQSH_CHECK_FUNCTION,
+        force=bool(spec.force),
     )
 
 

@@ -103,10 +103,12 @@ def test_qos_advice_only_for_memory_reasons() -> None:
     assert qos_memory_advice("42", None, "cpu", 4, "7200M") is None
 
 
-def _run_convert(tmp_path: Path, image: str, job_id: str = "777") -> tuple[subprocess.CompletedProcess[str], Path]:
+def _run_convert(
+    tmp_path: Path, image: str, job_id: str = "777", force: bool = False
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     cache = tmp_path / "sqsh"
     cache.mkdir(exist_ok=True)
-    spec = _spec(tmp=str(cache), image=image)
+    spec = _spec(tmp=str(cache), image=image, force=force)
     env = {
         **os.environ,
         "PATH": f"{STANDINS}:{os.environ['PATH']}",
@@ -124,7 +126,8 @@ def test_convert_script_publishes_a_valid_image_and_cleans_up(tmp_path: Path) ->
     result, target = _run_convert(tmp_path, "registry.local/npa/ok:1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "NPA_CONVERT_OK" in result.stdout
-    assert target.read_bytes()[:4] == b"hsqs"
+    first = target.read_bytes()
+    assert first[:4] == b"hsqs"
     assert sorted(p.name for p in target.parent.iterdir()) == ["out.sqsh"]
     assert not Path("/tmp/enroot-npa-777").exists()
     content = subprocess.run(["unsquashfs", "-cat", str(target), "etc/npa-image"], capture_output=True, text=True)
@@ -133,6 +136,13 @@ def test_convert_script_publishes_a_valid_image_and_cleans_up(tmp_path: Path) ->
     again, _ = _run_convert(tmp_path, "registry.local/npa/ok:1", job_id="778")
     assert again.returncode == 0
     assert "already valid" in again.stdout
+    assert target.read_bytes() == first
+
+    forced, _ = _run_convert(tmp_path, "registry.local/npa/ok:1", job_id="779", force=True)
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert "NPA_CONVERT_FORCED" in forced.stdout
+    assert target.read_bytes() != first  # a fresh import (the stand-in's payload is random)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out.sqsh"]
 
 
 @needs_squashfs
