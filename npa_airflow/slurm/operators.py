@@ -581,6 +581,8 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
     :param secret_env: {ENV_NAME: "var:VARIABLE" | "conn:CONN_ID[:field]"}: session credentials written to
         a mode-600 sidecar the job sources and shreds; never in the script, logs, XCom or template fields.
     :param exclude_nodes: nodes never to use (bad nodes from infrastructure failures are added per try).
+    :param success_marker: the template writes `status.json` into the results dir only when every task
+        succeeded; a COMPLETED job without it fails the task. `None` trusts the Slurm state alone.
 
     The rendered script is the template field `sbatch_script` ("Rendered Template" in the UI).
     """
@@ -634,9 +636,10 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         config_path: str | None = None,
         secret_env: Mapping[str, str] | None = None,
         exclude_nodes: Sequence[str] = (),
+        success_marker: str | None = "status.json",
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(success_marker=success_marker, **kwargs)
         self.command = command
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
@@ -745,13 +748,13 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
     def prepare_job(self, context: Context, job_name: str, exclude_nodes: Sequence[str]) -> PreparedJob:
         import shlex
 
-        from npa_airflow.slurm.scripts import bash_syntax_check, lint_script, render_sbatch
+        from npa_airflow.slurm.scripts import assert_script_clean, bash_syntax_check, render_sbatch
         from npa_airflow.slurm.staging import StagedFile
 
         spec = self.build_spec(job_name, exclude_nodes)
         script = render_sbatch(spec)
         secrets = _secret_env_values(self.secret_env) if self.secret_env else {}
-        lint_script(script, known_secrets=list(secrets.values()))
+        assert_script_clean(script, secrets.values())
         bash_syntax_check(script)
         files: list[Any] = []
         if secrets and spec.env_file:
