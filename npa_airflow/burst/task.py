@@ -37,6 +37,7 @@ _ACCELERATOR_RE = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63}):(?P<count
 # SkyPilot cluster names: a letter first, then letters, digits, '-', '_' or '.', ending alphanumeric.
 _CLUSTER_RE = re.compile(r"^[a-z]([-_.a-z0-9]{0,61}[a-z0-9])?$")
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
+_JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACEHOLDER_RE = re.compile(r"\$\{([^}]*)\}")
 _VAR_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -131,6 +132,12 @@ def validate_envs(envs: Mapping[str, Any] | None, field_name: str = "envs") -> d
     return result
 
 
+def validate_job_name(name: Any, field_name: str = "name") -> str:
+    if not isinstance(name, str) or not _JOB_NAME_RE.fullmatch(name):
+        raise _bad(field_name, name, "use 1-128 characters from [A-Za-z0-9._-], starting with a letter or digit")
+    return name
+
+
 def validate_cluster_name(name: str, field_name: str = "cluster_name") -> str:
     if not isinstance(name, str) or not _CLUSTER_RE.fullmatch(name):
         raise _bad(
@@ -162,8 +169,7 @@ class BurstSpec:
         image_id(self.image)
         validate_accelerators(self.gpu_per_node)
         entrypoint_argv(self.entrypoint)
-        if not isinstance(self.name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", self.name):
-            raise _bad("name", self.name, "use 1-128 characters from [A-Za-z0-9._-]")
+        validate_job_name(self.name)
         validate_envs(self.envs)
         if self.infra is not None and (not isinstance(self.infra, str) or not self.infra.strip()):
             raise _bad("infra", self.infra, "give e.g. 'k8s', 'slurm/<cluster>' or 'aws/us-east-1', or None")

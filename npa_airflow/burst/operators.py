@@ -1,0 +1,425 @@
+"""Burst operators: one gang-scheduled multi-node torchrun job launched through a SkyPilot API server.
+
+``BurstTorchrunOperator`` is the seed's ``npa burst submit``; ``BurstSubmitYamlOperator`` its
+``submit-yaml``. Both validate everything before the first request, launch from the worker, push the job
+handle to XCom (key ``burst_job``), then wait in the triggerer (``BurstJobTrigger``) or, when not
+deferrable, on the worker with the same code. Kill -> cancel the launch/job and apply the teardown
+policy (``down`` for clusters the task created, ``keep`` for a pinned cluster that already existed).
+
+Importing this module is cheap: no httpx, no yaml, no SkyPilot at parse time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from npa_airflow.common.links import BurstJobLink
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from npa_airflow.burst.client import SkyPilotClient
+    from npa_airflow.burst.handle import BurstJobHandle
+    from npa_airflow.burst.hook import SkyPilotHook
+
+XCOM_KEY = "burst_job"
+
+
+def default_deferrable() -> bool:
+    """Deferrable unless ``[operators] default_deferrable`` is explicitly set false in the environment.
+
+    Airflow's stock default for that option is false and ``airflow.cfg`` writes it out verbatim, so only an
+    explicit environment setting is taken as the site's choice: a job that waits hours for GPUs must not
+    hold a worker slot by default.
+    """
+    raw = os.environ.get("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE")
+    if raw is None:
+        return True
+    return raw.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+
+
+def _seconds(value: timedelta | float | int | None, field: str) -> float | None:
+    from npa_airflow.exceptions import NpaValidationError
+
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+        raise NpaValidationError(f"{field}={value!r}: give a positive number of seconds or a timedelta")
+    return float(seconds)
+
+
+class _BurstLaunchMixin(BaseOperator):
+    """Launch, wait, cancel and tear down; subclasses say what task to launch (``build_request``)."""
+
+    operator_extra_links = (BurstJobLink(),)
+    ui_color = "#d7ecff"
+
+    def __init__(
+        self,
+        *,
+        skypilot_conn_id: str = "skypilot_default",
+        cluster_name: str | None = None,
+        teardown: str | None = None,
+        retry_until_up: bool = False,
+        deadline: timedelta | float | None = None,
+        poll_interval: float = 15.0,
+        stream_logs: bool = True,
+        cancel_on_kill: bool = True,
+        registry_conn_id: str | None = None,
+        deferrable: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.skypilot_conn_id = skypilot_conn_id
+        self.cluster_name = cluster_name
+        self.teardown = teardown
+        self.retry_until_up = retry_until_up
+        self.deadline = deadline
+        self.poll_interval = poll_interval
+        self.stream_logs = stream_logs
+        self.cancel_on_kill = cancel_on_kill
+        self.registry_conn_id = registry_conn_id
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self._handle: BurstJobHandle | None = None
+        self._finished = False
+
+    # -- what to launch (subclasses) ---------------------------------------------------------------------
+
+    def build_task_dict(self, context: Context, secrets: dict[str, str]) -> tuple[dict[str, Any], int]:
+        """The SkyPilot task dict (with ``secrets`` merged) and its node count."""
+        raise NotImplementedError
+
+    # -- shared ----------------------------------------------------------------------------------------------
+
+    def get_hook(self) -> SkyPilotHook:
+        from npa_airflow.burst.hook import SkyPilotHook
+
+        return SkyPilotHook(self.skypilot_conn_id)
+
+    def registry_secrets(self) -> dict[str, str]:
+        """SKYPILOT_DOCKER_* from the explicit registry connection only (never from the environment)."""
+        if not self.registry_conn_id:
+            return {}
+        from npa_airflow.burst.task import docker_login_secrets
+
+        conn = self.get_hook().get_connection(self.registry_conn_id)
+        server = conn.host or (conn.extra_dejson or {}).get("server")
+        return docker_login_secrets(server, conn.login, conn.password)
+
+    def cluster_for(self, context: Context) -> str:
+        from npa_airflow.burst.task import validate_cluster_name
+        from npa_airflow.common.naming import job_name_for
+
+        if self.cluster_name:
+            return validate_cluster_name(self.cluster_name)
+        ti = context["ti"]
+        name = job_name_for(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", None), int(ti.try_number or 1))
+        return validate_cluster_name(name.lower())
+
+    def _teardown_for(self, created: bool) -> str:
+        from npa_airflow.burst.task import TEARDOWN_POLICIES
+        from npa_airflow.exceptions import NpaValidationError
+
+        if self.teardown is None:
+            return "down" if created else "keep"
+        if self.teardown not in TEARDOWN_POLICIES:
+            raise NpaValidationError(f"teardown={self.teardown!r}: use one of {TEARDOWN_POLICIES} (or None)")
+        return self.teardown
+
+    def execute(self, context: Context) -> Any:
+        from npa_airflow.burst import client as sky
+        from npa_airflow.burst.handle import BurstJobHandle
+        from npa_airflow.burst.task import dag_yaml
+
+        # Everything that can be wrong with the input fails here, before the first request.
+        deadline_s = _seconds(self.deadline, "deadline")
+        poll = _seconds(self.poll_interval, "poll_interval") or 15.0
+        self._teardown_for(True)
+        secrets = self.registry_secrets()
+        task, nodes = self.build_task_dict(context, secrets)
+        cluster = self.cluster_for(context)
+        hook = self.get_hook()
+        with hook.get_client() as client:
+            info = client.health()
+            self.log.info("SkyPilot API server %s (API %s) at %s", info.version, info.api_version, client.endpoint)
+            existing = sky.parse_clusters(client.call(sky.build_status(client.identity, [cluster]), timeout=120))
+            created = cluster not in existing
+            request_id = client.submit(
+                sky.build_launch(client.identity, dag_yaml(task), cluster, retry_until_up=self.retry_until_up)
+            )
+        handle = BurstJobHandle(
+            conn_id=self.skypilot_conn_id,
+            endpoint=client.endpoint,
+            cluster=cluster,
+            name=str(task["name"]),
+            request_id=request_id,
+            created_cluster=created,
+            teardown=self._teardown_for(created),
+            submitted_at=time.time(),
+        )
+        self._handle = handle
+        context["ti"].xcom_push(key=XCOM_KEY, value=handle.to_dict())
+        self.log.info(
+            "Launching %s on %s cluster %s (%d node(s)); launch request %s; teardown=%s",
+            handle.name,
+            "new" if created else "existing",
+            cluster,
+            nodes,
+            request_id,
+            handle.teardown,
+        )
+        deadline = None if deadline_s is None else handle.submitted_at + deadline_s
+        from npa_airflow.burst.triggers import BurstJobTrigger
+
+        trigger = BurstJobTrigger(
+            handle=handle.to_dict(),
+            poll_interval=poll,
+            deadline=deadline,
+            stream_logs=self.stream_logs,
+            cancel_on_kill=self.cancel_on_kill,
+            nodes=nodes,
+        )
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name="execute_complete")
+        return self.execute_complete(context, self._wait_here(hook, handle, poll, deadline, nodes))
+
+    def _wait_here(
+        self, hook: SkyPilotHook, handle: BurstJobHandle, poll: float, deadline: float | None, nodes: int
+    ) -> dict[str, Any]:
+        import asyncio
+
+        from npa_airflow.burst.watch import watch_job
+
+        def remember(current: BurstJobHandle) -> None:
+            self._handle = current
+
+        async def wait() -> dict[str, Any]:
+            async with await hook.aget_client() as client:
+                return await watch_job(
+                    client,
+                    handle,
+                    poll_interval=poll,
+                    deadline=deadline,
+                    stream_logs=self.stream_logs,
+                    log=self.log,
+                    nodes=nodes,
+                    on_job_id=remember,
+                )
+
+        return asyncio.run(wait())
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        from npa_airflow.burst.watch import validate_event
+        from npa_airflow.exceptions import NpaError, NpaProgramFailure
+
+        status, handle, message = validate_event(event)
+        self._handle = handle
+        context["ti"].xcom_push(key=XCOM_KEY, value=handle.to_dict())
+        # A deadline still has a live launch or job: cancel it; every ending applies the teardown policy.
+        self._cancel_and_teardown(handle, cancel=status == "deadline")
+        self._finished = True
+        if status == "success":
+            self.log.info("%s", message)
+            return handle.to_dict()
+        if status == "deadline":
+            raise NpaError(
+                f"burst job {handle.name} on cluster {handle.cluster}: {message}; the author-set deadline of "
+                f"{self.deadline} passed, so it was cancelled (teardown={handle.teardown})"
+            )
+        if status == "canceled":
+            raise NpaError(f"burst job {handle.name} was cancelled: {message}")
+        raise NpaProgramFailure(f"burst job {handle.name} failed: {message}")
+
+    def _cancel_and_teardown(self, handle: BurstJobHandle, *, cancel: bool) -> None:
+        from npa_airflow.burst.watch import cancel_steps, run_steps
+
+        client: SkyPilotClient
+        with self.get_hook().get_client() as client:
+            run_steps(client, cancel_steps(handle, client.identity, self.log, cancel=cancel, teardown=True))
+
+    def on_kill(self) -> None:
+        """The worker is killing the task (non-deferrable wait, or before deferring): cancel and tear down."""
+        handle = self._handle
+        if handle is None or self._finished or not self.cancel_on_kill:
+            return
+        self._finished = True
+        try:
+            self._cancel_and_teardown(handle, cancel=True)
+        except Exception:
+            self.log.exception("Cancelling burst job %s failed", handle.to_json())
+
+
+class BurstTorchrunOperator(_BurstLaunchMixin):
+    """Run ``entrypoint`` under torchrun on ``nodes`` nodes with ``gpu_per_node`` GPUs each (SkyPilot).
+
+    :param image: container image (a plain reference becomes ``docker:<image>``); torchrun must be in it.
+    :param nodes: node count (gang-scheduled: all or nothing).
+    :param gpu_per_node: SkyPilot accelerator spec per node, ``NAME:COUNT`` (e.g. ``H100:8``).
+    :param entrypoint: the single-process training command (no torchrun, no MASTER_ADDR/RANK/...).
+    :param name: job name (default: the task id).
+    :param envs: environment for the job (no distributed or registry variables).
+    :param secret_conn_ids: ``{ENV_NAME: conn_id}``: the connection's password becomes a SkyPilot secret.
+    :param infra: SkyPilot infra pin, e.g. ``k8s``, ``slurm/<cluster>``, ``aws/us-east-1``.
+    :param cluster_name: run on this cluster (kept afterwards if it existed); default a fresh one per try.
+    :param workdir: / :param file_mounts: synced to the cluster by SkyPilot.
+    :param teardown: ``down`` | ``keep`` | None (down for clusters the task created, else keep).
+    :param retry_until_up: keep retrying provisioning until capacity appears.
+    :param deadline: seconds (or timedelta) from launch after which the job is cancelled and the task fails.
+    :param registry_conn_id: registry credentials (host = server, login, password) for a private image.
+    :param master_port: rendezvous port on the master node.
+    """
+
+    template_fields: Sequence[str] = (
+        "image",
+        "gpu_per_node",
+        "entrypoint",
+        "job_name",
+        "envs",
+        "infra",
+        "cluster_name",
+        "workdir",
+        "file_mounts",
+    )
+    template_fields_renderers = {"envs": "json", "file_mounts": "json"}
+
+    def __init__(
+        self,
+        *,
+        image: str,
+        nodes: int,
+        gpu_per_node: str,
+        entrypoint: str,
+        name: str | None = None,
+        envs: Mapping[str, Any] | None = None,
+        secret_conn_ids: Mapping[str, str] | None = None,
+        infra: str | None = None,
+        workdir: str | None = None,
+        file_mounts: Mapping[str, str] | None = None,
+        master_port: int = 29500,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.image = image
+        self.nodes = nodes
+        self.gpu_per_node = gpu_per_node
+        self.entrypoint = entrypoint
+        self.job_name = name or self.task_id.replace(".", "-")
+        self.envs = dict(envs or {})
+        self.secret_conn_ids = dict(secret_conn_ids or {})
+        self.infra = infra
+        self.workdir = workdir
+        self.file_mounts = dict(file_mounts or {})
+        self.master_port = master_port
+
+    def spec(self):
+        from npa_airflow.burst.task import BurstSpec
+
+        return BurstSpec(
+            image=self.image,
+            nodes=self.nodes,
+            gpu_per_node=self.gpu_per_node,
+            entrypoint=self.entrypoint,
+            name=self.job_name,
+            envs=self.envs,
+            infra=self.infra,
+            workdir=self.workdir,
+            file_mounts=self.file_mounts,
+            master_port=self.master_port,
+        )
+
+    def _secret_values(self) -> dict[str, str]:
+        from npa_airflow.burst.task import validate_envs
+        from npa_airflow.exceptions import NpaValidationError
+
+        validate_envs(dict.fromkeys(self.secret_conn_ids, ""), "secret_conn_ids")
+        secrets = {}
+        for env_name, conn_id in self.secret_conn_ids.items():
+            password = self.get_hook().get_connection(conn_id).password
+            if not password:
+                raise NpaValidationError(f"secret_conn_ids[{env_name!r}]: connection {conn_id!r} has no password")
+            secrets[env_name] = password
+        return secrets
+
+    def build_task_dict(self, context: Context, secrets: dict[str, str]) -> tuple[dict[str, Any], int]:
+        from npa_airflow.burst.launcher import render_launcher
+        from npa_airflow.burst.task import build_task
+
+        spec = self.spec()
+        launcher = render_launcher(spec)
+        self.log.info("Launcher (the task's run command):\n%s", launcher)
+        return build_task(spec, launcher, {**self._secret_values(), **secrets}), spec.nodes
+
+
+class BurstSubmitYamlOperator(_BurstLaunchMixin):
+    """Launch one SkyPilot task YAML with ``${VAR}`` placeholders filled from ``vars``.
+
+    :param yaml_path: path to the task YAML (absolute, or relative to the DAG file's folder).
+    :param vars: ``{NAME: value}`` for every ``${NAME}``; unresolved placeholders are refused before any
+        request (SkyPilot's runtime ``${SKYPILOT_...}`` variables stay for bash).
+    :param name: job name; default the task name in the YAML.
+    """
+
+    template_fields: Sequence[str] = ("yaml_path", "vars", "job_name", "cluster_name")
+    template_fields_renderers = {"vars": "json"}
+
+    def __init__(
+        self, *, yaml_path: str, vars: Mapping[str, Any] | None = None, name: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.yaml_path = yaml_path
+        self.vars = dict(vars or {})
+        self.job_name = name
+
+    def _resolve_path(self, context: Context) -> str:
+        path = os.path.expanduser(self.yaml_path)
+        if not os.path.isabs(path):
+            dag = context.get("dag") if hasattr(context, "get") else None
+            fileloc = getattr(dag, "fileloc", None) or getattr(self.dag, "fileloc", None)
+            if fileloc:
+                path = os.path.join(os.path.dirname(fileloc), path)
+        return path
+
+    def load_task(self, context: Context) -> dict[str, Any]:
+        from npa_airflow.burst.task import load_task_yaml, substitute_vars
+        from npa_airflow.exceptions import NpaValidationError
+
+        path = self._resolve_path(context)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise NpaValidationError(f"yaml_path={self.yaml_path!r}: cannot read {path} ({exc})") from exc
+        return substitute_vars(load_task_yaml(text, path), self.vars, path)
+
+    def build_task_dict(self, context: Context, secrets: dict[str, str]) -> tuple[dict[str, Any], int]:
+        from npa_airflow.burst.task import DOCKER_LOGIN_VARS, validate_job_name
+        from npa_airflow.exceptions import NpaValidationError
+
+        task = self.load_task(context)
+        for section in ("envs", "secrets"):
+            values = task.get(section) or {}
+            if not isinstance(values, dict):
+                raise NpaValidationError(f"{self.yaml_path}: '{section}:' must be a mapping")
+            leaked = sorted(set(values) & set(DOCKER_LOGIN_VARS))
+            if leaked:
+                raise NpaValidationError(
+                    f"{self.yaml_path}: sets {leaked} in '{section}:'; registry credentials come only from "
+                    "registry_conn_id"
+                )
+        name = self.job_name or task.get("name")
+        if not name:
+            raise NpaValidationError(f"{self.yaml_path}: the task has no 'name:'; pass name=")
+        task["name"] = validate_job_name(str(name), "name (from the YAML's 'name:' or name=)")
+        if secrets:
+            task["secrets"] = {**(task.get("secrets") or {}), **secrets}
+        nodes = task.get("num_nodes", 1)
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+            raise NpaValidationError(f"{self.yaml_path}: num_nodes={nodes!r} must be a whole number >= 1")
+        return task, nodes

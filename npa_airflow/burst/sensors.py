@@ -1,0 +1,98 @@
+"""BurstJobSensor: wait for a burst job launched elsewhere (a handle from XCom, or its JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.bases.sensor import BaseSensorOperator
+
+from npa_airflow.burst.operators import default_deferrable
+from npa_airflow.common.links import BurstJobLink
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class BurstJobSensor(BaseSensorOperator):
+    """Succeeds when the job of ``handle`` completes; fails when it fails or is cancelled.
+
+    It only watches: it never cancels the job or tears its cluster down (that belongs to whoever launched it).
+
+    :param handle: ``BurstJobHandle`` dict or JSON, e.g. ``"{{ ti.xcom_pull(task_ids='train', key='burst_job') }}"``.
+    """
+
+    template_fields: Sequence[str] = ("handle",)
+    operator_extra_links = (BurstJobLink(),)
+
+    def __init__(self, *, handle: Any, deferrable: bool | None = None, stream_logs: bool = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.handle = handle
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self.stream_logs = stream_logs
+
+    def _handle(self):
+        import ast
+
+        from npa_airflow.burst.handle import BurstJobHandle
+
+        value = self.handle
+        if isinstance(value, str) and value.strip().startswith("{") and "'" in value and '"' not in value:
+            value = ast.literal_eval(value)  # a dict rendered with str() by Jinja
+        return BurstJobHandle.from_dict(value)
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        from npa_airflow.burst.triggers import BurstJobTrigger
+
+        handle = self._handle()
+        deadline = None if self.timeout is None else handle.submitted_at or 0
+        self.defer(
+            trigger=BurstJobTrigger(
+                handle=handle.to_dict(),
+                poll_interval=float(self.poke_interval),
+                deadline=(deadline + float(self.timeout)) if deadline else None,
+                stream_logs=self.stream_logs,
+                cancel_on_kill=False,
+            ),
+            method_name="execute_complete",
+        )
+
+    def poke(self, context: Context) -> bool:
+        from npa_airflow.burst import client as sky
+        from npa_airflow.burst.hook import SkyPilotHook
+        from npa_airflow.exceptions import NpaError
+
+        handle = self._handle()
+        with SkyPilotHook(handle.conn_id).get_client() as client:
+            job_id = handle.job_id
+            if job_id is None:
+                launch = client.request_statuses([handle.request_id]).get(handle.request_id)
+                if launch is None or not launch.finished:
+                    self.log.info("Launch request %s: %s", handle.request_id, launch and launch.status)
+                    return False
+                result = client.get(handle.request_id, timeout=120)
+                result.raise_for_error()
+                job_id = sky.parse_launch_result(result.return_value)
+                if job_id is None:
+                    raise NpaError(f"launch of cluster {handle.cluster} returned no job id")
+            value = client.call(sky.build_job_status(client.identity, handle.cluster, [job_id]), timeout=120)
+        native = sky.parse_job_status(value, job_id)
+        state = sky.interpret_job_state(native)
+        self.log.info("SkyPilot job %s on %s: %s", job_id, handle.cluster, native)
+        if not state.is_terminal:
+            return False
+        if state.is_success:
+            return True
+        raise NpaError(f"SkyPilot job {job_id} ({handle.name}) on cluster {handle.cluster} ended {native}")
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        from npa_airflow.burst.watch import validate_event
+        from npa_airflow.exceptions import NpaError
+
+        status, handle, message = validate_event(event)
+        if status != "success":
+            raise NpaError(f"burst job {handle.name}: {message}")
+        self.log.info("%s", message)
+        return handle.to_dict()

@@ -1,0 +1,103 @@
+"""BurstJobTrigger: wait for a SkyPilot launch and job in the triggerer, streaming its log into the task log."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from npa_airflow.burst.handle import BurstJobHandle
+
+ON_KILL_TIMEOUT = 120.0
+
+
+class BurstJobTrigger(BaseTrigger):
+    """Fire one event when the burst job of ``handle`` ends, or when ``deadline`` (epoch seconds) passes.
+
+    :param handle: ``BurstJobHandle.to_dict()``.
+    :param poll_interval: seconds between status polls.
+    :param deadline: epoch seconds after which a ``deadline`` event fires (the operator cancels and
+        tears down); ``None`` waits without limit.
+    :param stream_logs: copy the launch and job logs into the task log.
+    :param cancel_on_kill: when a user kills the deferred task (mark failed/success, clear), cancel the
+        launch or job and apply the handle's teardown policy. Triggerer restarts never cancel.
+    :param nodes: node count, for the pending message.
+    """
+
+    def __init__(
+        self,
+        handle: dict[str, Any],
+        poll_interval: float = 15.0,
+        deadline: float | None = None,
+        stream_logs: bool = True,
+        cancel_on_kill: bool = True,
+        nodes: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.handle = BurstJobHandle.from_dict(handle).to_dict()
+        self.poll_interval = float(poll_interval)
+        self.deadline = None if deadline is None else float(deadline)
+        self.stream_logs = bool(stream_logs)
+        self.cancel_on_kill = bool(cancel_on_kill)
+        self.nodes = None if nodes is None else int(nodes)
+        self._current = BurstJobHandle.from_dict(handle)
+        self._fired = False
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "handle": self.handle,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "stream_logs": self.stream_logs,
+                "cancel_on_kill": self.cancel_on_kill,
+                "nodes": self.nodes,
+            },
+        )
+
+    def _hook(self):
+        from npa_airflow.burst.hook import SkyPilotHook
+
+        return SkyPilotHook(self._current.conn_id)
+
+    def _remember(self, handle: BurstJobHandle) -> None:
+        self._current = handle
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from npa_airflow.burst.watch import make_event, watch_job
+
+        try:
+            async with await self._hook().aget_client() as client:
+                event = await watch_job(
+                    client,
+                    self._current,
+                    poll_interval=self.poll_interval,
+                    deadline=self.deadline,
+                    stream_logs=self.stream_logs,
+                    log=self.log,
+                    nodes=self.nodes,
+                    on_job_id=self._remember,
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            event = make_event("failed", self._current, f"waiting for the burst job failed: {exc}")
+        self._fired = True
+        yield TriggerEvent(event)
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task: cancel the launch/job and tear down, once, never raising."""
+        if self._fired or not self.cancel_on_kill:
+            return
+        self._fired = True
+        from npa_airflow.burst.watch import arun_steps, cancel_steps
+
+        try:
+            async with await self._hook().aget_client() as client:
+                steps = cancel_steps(self._current, client.identity, self.log)
+                await asyncio.wait_for(arun_steps(client, steps), timeout=ON_KILL_TIMEOUT)
+        except Exception:
+            self.log.exception("Cancelling burst job %s failed", self._current.to_json())
