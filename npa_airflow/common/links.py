@@ -65,3 +65,45 @@ def _job_url_template(conn_id: str | None) -> str | None:
         return None
     value = extra.get("job_url_template")
     return value if isinstance(value, str) and value.strip() else None
+
+
+BURST_XCOM_KEY = "burst_job"
+_BURST_URL_FIELDS = ("endpoint", "cluster", "job_id", "request_id", "name")
+DEFAULT_BURST_URL_TEMPLATE = "{endpoint}/dashboard/clusters/{cluster}"
+
+
+def format_burst_url(template: str, handle: dict[str, Any]) -> str:
+    """Fill a dashboard URL template; ``endpoint`` is used as-is, the other values are URL-quoted."""
+    values = {k: quote(str(handle.get(k) if handle.get(k) is not None else ""), safe="") for k in _BURST_URL_FIELDS}
+    values["endpoint"] = str(handle.get("endpoint") or "").rstrip("/")
+    return template.format(**values)
+
+
+class BurstJobLink(BaseOperatorLink):
+    """The burst cluster in the SkyPilot dashboard (the connection's ``dashboard_url_template``, if set)."""
+
+    name = "SkyPilot cluster"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        handle = XCom.get_value(key=BURST_XCOM_KEY, ti_key=ti_key)
+        if not isinstance(handle, dict) or not handle.get("cluster") or not handle.get("endpoint"):
+            return ""
+        template = _extra_value(handle.get("conn_id"), "dashboard_url_template") or DEFAULT_BURST_URL_TEMPLATE
+        try:
+            return format_burst_url(template, handle)
+        except (KeyError, IndexError, ValueError) as exc:
+            log.warning("dashboard_url_template %r of connection %s is invalid: %s", template, handle["conn_id"], exc)
+            return format_burst_url(DEFAULT_BURST_URL_TEMPLATE, handle)
+
+
+def _extra_value(conn_id: str | None, key: str) -> str | None:
+    if not conn_id:
+        return None
+    try:
+        from airflow.sdk import BaseHook
+
+        extra = BaseHook.get_connection(conn_id).extra_dejson
+    except Exception:  # a link must never fail the task
+        return None
+    value = extra.get(key)
+    return value if isinstance(value, str) and value.strip() else None
