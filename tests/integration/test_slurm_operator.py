@@ -1,0 +1,354 @@
+"""SlurmSubmitOperator, SlurmJobTrigger and the shared poller on the real local cluster, over real SSH.
+
+Whole-DAG cases run through `dag.test()` in a subprocess with its own AIRFLOW_HOME (a real metadata DB;
+Airflow 3.3 runs the deferred trigger in-process there). Cases that need a kill at a precise moment drive
+the operator and the trigger directly with a task-instance context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from npa_airflow.common.naming import job_name_for
+from npa_airflow.slurm.hook import SlurmHook
+from npa_airflow.slurm.poller import reset_pollers
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+AIRFLOW = str(Path(PYTHON).with_name("airflow"))
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory, slurm_cluster) -> dict[str, str]:
+    """A throwaway AIRFLOW_HOME with a migrated SQLite DB, and the cluster's connection."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW_CONN_SLURM_DEFAULT": slurm_cluster.conn_uri_json,
+        "PYTHONPATH": str(REPO),
+    }
+    env.pop("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", None)
+    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env
+
+
+RUNNER = textwrap.dedent(
+    """
+    import importlib.util, json, sys
+    from sqlalchemy import select
+    spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dag = module.dag
+    dr = dag.test()
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    out = {"dag_run_state": str(dr.state), "run_id": dr.run_id, "tasks": {}}
+    with create_session() as session:
+        for ti in dr.get_task_instances(session=session):
+            rows = session.scalars(
+                select(XComModel).where(
+                    XComModel.dag_id == ti.dag_id, XComModel.run_id == ti.run_id,
+                    XComModel.task_id == ti.task_id, XComModel.key == "slurm_job",
+                )
+            ).all()
+            handle = rows[-1].value if rows else None
+            if isinstance(handle, str):
+                handle = json.loads(handle)
+            out["tasks"][ti.task_id] = {"state": str(ti.state), "try_number": ti.try_number, "handle": handle}
+    print("NPA_RESULT " + json.dumps(out))
+    """
+)
+
+
+def run_dag_test(env: dict[str, str], dag_file: Path, timeout: float = 300) -> tuple[dict, str]:
+    """Copy the DAG into the dags folder (dag.test() runs what the DAG processor serialized) and run it."""
+    dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
+    dags.mkdir(exist_ok=True)
+    target = dags / dag_file.name
+    target.write_text(dag_file.read_text())
+    runner = Path(env["AIRFLOW_HOME"]) / "run_dag_test.py"
+    runner.write_text(RUNNER)
+    proc = subprocess.run([PYTHON, str(runner), str(target)], env=env, capture_output=True, text=True, timeout=timeout)
+    output = proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("NPA_RESULT ")]
+    assert lines, f"dag.test produced no result (rc {proc.returncode}):\n{output[-6000:]}"
+    return json.loads(lines[-1][len("NPA_RESULT ") :]), output
+
+
+def write_dag(directory: Path, dag_id: str, operator_kwargs: str, default_args: str = "{}") -> Path:
+    path = directory / f"{dag_id}.py"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            from datetime import timedelta
+            from airflow.sdk import DAG
+            from npa_airflow.slurm.operators import SlurmSubmitOperator
+
+            with DAG(dag_id={dag_id!r}, schedule=None, catchup=False, default_args={default_args}) as dag:
+                SlurmSubmitOperator(
+                    task_id="train", partition="cpu", gpus_per_node=0, cpus_per_task=1, time_hours=0.1,
+                    poll_interval=2, {operator_kwargs}
+                )
+            """
+        )
+    )
+    return path
+
+
+def sacct_jobs(cluster_ssh, name_prefix: str) -> list[dict[str, str]]:
+    """Every job (allocation lines only) whose name starts with `name_prefix`."""
+    out = cluster_ssh(
+        "sacct -X -n --parsable2 --starttime=now-2hours -o JobID,JobName,State,NodeList", check=True
+    ).stdout
+    jobs = []
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) == 4 and parts[1].startswith(name_prefix):
+            jobs.append({"id": parts[0], "name": parts[1], "state": parts[2].split()[0], "nodes": parts[3]})
+    return jobs
+
+
+class Context(dict):
+    """A task-instance context for driving an operator directly (identity + xcom_push)."""
+
+    def __init__(self, dag_id: str, try_number: int = 1, run_id: str | None = None) -> None:
+        import types
+
+        ti = types.SimpleNamespace(
+            dag_id=dag_id,
+            task_id="train",
+            run_id=run_id or f"manual__{uuid.uuid4().hex[:8]}",
+            map_index=-1,
+            try_number=try_number,
+            pushed={},
+        )
+        ti.xcom_push = lambda key, value: ti.pushed.__setitem__(key, value)
+        super().__init__(ti=ti)
+
+
+def make_operator(**kwargs):
+    from npa_airflow.slurm.operators import SlurmSubmitOperator
+
+    defaults = dict(task_id="train", partition="cpu", gpus_per_node=0, cpus_per_task=1, time_hours=0.1, poll_interval=2)
+    defaults.update(kwargs)
+    return SlurmSubmitOperator(**defaults)
+
+
+def submit_deferred(op, ctx):
+    """Run execute() up to the deferral; return the trigger it deferred with."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    op.render_template_fields(ctx)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    return deferred.value.trigger
+
+
+class LineCollector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def collecting_logger(name: str) -> tuple[logging.Logger, LineCollector]:
+    logger = logging.getLogger(f"npa.itest.{name}")
+    logger.setLevel(logging.INFO)
+    handler = LineCollector()
+    logger.addHandler(handler)
+    return logger, handler
+
+
+async def wait_state(hook: SlurmHook, job_id: str, wanted: set[str], timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = (await hook.ajob_states([job_id])).get(job_id)
+        if info is not None and info.native_state in wanted:
+            return info.native_state
+        await asyncio.sleep(1)
+    raise AssertionError(f"job {job_id} never reached {wanted}")
+
+
+# -- whole DAGs through dag.test() --------------------------------------------------------------------
+
+
+def test_example_dag_runs_a_two_node_job_with_rendezvous_variables(airflow_home, tmp_path, cluster_ssh):
+    result, output = run_dag_test(airflow_home, REPO / "dags_examples" / "slurm_train.py")
+    train = result["tasks"]["train"]
+    assert train["state"] == "success", output[-6000:]
+    assert train["try_number"] == 1
+    handle = train["handle"]
+    assert handle["job_name"] == job_name_for("slurm_train", "train", result["run_id"], -1, 1)
+
+    stdout = cluster_ssh(f"cat {handle['stdout_path']}", check=True).stdout
+    rendezvous = sorted(line for line in stdout.splitlines() if line.startswith("rendezvous "))
+    assert len(rendezvous) == 2, stdout
+    first_node = rendezvous[0].split()[1].split("=")[1]
+    for rank, line in enumerate(rendezvous):
+        assert f"WORLD_SIZE=2 NUM_GPU_PER_NODE=0 NODE_RANK={rank} MASTER_ADDR={first_node} MASTER_PORT=29500" in line
+    assert {line.split()[1] for line in rendezvous} == {"node=c1", "node=c2"}
+    # the job's output was streamed into the task log while it ran
+    assert "node 1 step 3" in output and "rendezvous node=c2" in output
+    (job,) = [j for j in sacct_jobs(cluster_ssh, handle["job_name"])]
+    assert job["id"] == handle["job_id"] and job["state"] == "COMPLETED"
+
+
+def test_program_failure_fails_once_without_retry_and_shows_the_tail(airflow_home, tmp_path, cluster_ssh):
+    dag_id = f"npa_itest_fail_{uuid.uuid4().hex[:6]}"
+    dag_file = write_dag(
+        tmp_path,
+        dag_id,
+        'command="echo loading config; echo \\"fatal: bad learning rate\\" >&2; exit 3"',
+        default_args="{'retries': 2, 'retry_delay': timedelta(seconds=0)}",
+    )
+    result, output = run_dag_test(airflow_home, dag_file)
+    train = result["tasks"]["train"]
+    assert train["state"] == "failed"
+    assert train["try_number"] == 1  # AirflowFailException: no retry consumed
+    assert "a program failure, not retried" in output
+    assert "fatal: bad learning rate" in output  # the log tail is in the failure message
+    jobs = sacct_jobs(cluster_ssh, f"npa-{dag_id.replace('_', '-')}")
+    assert [j["state"] for j in jobs] == ["FAILED"]
+
+
+# -- driven directly ----------------------------------------------------------------------------------
+
+
+def test_on_kill_of_the_trigger_cancels_the_job(slurm_cluster, cluster_ssh):
+    reset_pollers()
+    op = make_operator(command="sleep 120")
+    ctx = Context(f"npa_itest_kill_{uuid.uuid4().hex[:6]}")
+    trigger = submit_deferred(op, ctx)
+    job_id = trigger.handle["job_id"]
+
+    async def scenario() -> str:
+        hook = SlurmHook("slurm_default")
+        await wait_state(hook, job_id, {"RUNNING"})
+        run = asyncio.ensure_future(anext(trigger.run()))
+        await asyncio.sleep(3)
+        run.cancel()  # the triggerer cancels the trigger for a user action, then calls on_kill
+        await trigger.on_kill()
+        return await wait_state(hook, job_id, {"CANCELLED"})
+
+    assert asyncio.run(scenario()) == "CANCELLED"
+    (job,) = sacct_jobs(cluster_ssh, trigger.handle["job_name"])
+    assert job["state"] == "CANCELLED"
+
+
+def test_ambiguous_submission_after_ssh_drop_yields_exactly_one_job(slurm_cluster, cluster_ssh, monkeypatch):
+    """The SSH session is killed right after sbatch ran (its reply is lost): the job is adopted by name."""
+    drops = []
+    original = SlurmHook.arun
+
+    async def arun_dropping_after_sbatch(self, argv, **kwargs):
+        if isinstance(argv, str) and "sbatch --parsable" in argv and not drops:
+            drops.append(argv)
+            argv = argv + "\nkill -KILL $PPID"  # the sshd session dies after sbatch printed its id
+        return await original(self, argv, **kwargs)
+
+    monkeypatch.setattr(SlurmHook, "arun", arun_dropping_after_sbatch)
+    op = make_operator(command="echo adopted")
+    ctx = Context(f"npa_itest_ambig_{uuid.uuid4().hex[:6]}")
+    trigger = submit_deferred(op, ctx)
+    assert drops, "the drop was not injected"
+    jobs = sacct_jobs(cluster_ssh, trigger.handle["job_name"])
+    assert [j["id"] for j in jobs] == [trigger.handle["job_id"]]
+
+
+def test_reattach_after_the_worker_is_killed(slurm_cluster, cluster_ssh, tmp_path):
+    dag_id = f"npa_itest_reattach_{uuid.uuid4().hex[:6]}"
+    run_id = f"manual__{uuid.uuid4().hex[:8]}"
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(REPO)!r})
+            from tests.integration.test_slurm_operator import Context, make_operator
+            op = make_operator(command="sleep 25; echo finished", deferrable=False)
+            ctx = Context({dag_id!r}, try_number=1, run_id={run_id!r})
+            op.render_template_fields(ctx)
+            op.execute(ctx)
+            """
+        )
+    )
+    env = {**os.environ, "AIRFLOW_CONN_SLURM_DEFAULT": slurm_cluster.conn_uri_json}
+    proc = subprocess.Popen([PYTHON, str(worker)], env=env, start_new_session=True)
+    first_name = job_name_for(dag_id, "train", run_id, -1, 1)
+    try:
+        deadline = time.monotonic() + 60
+        while not sacct_jobs(cluster_ssh, first_name):
+            assert time.monotonic() < deadline, "the worker never submitted"
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker dies without on_kill: the job keeps running
+        proc.wait()
+    (first,) = sacct_jobs(cluster_ssh, first_name)
+
+    op = make_operator(command="sleep 25; echo finished")
+    trigger = submit_deferred(op, Context(dag_id, try_number=2, run_id=run_id))
+    assert trigger.handle["job_id"] == first["id"]  # reattached: no second job
+    assert sacct_jobs(cluster_ssh, job_name_for(dag_id, "train", run_id, -1, 2)) == []
+    cluster_ssh(f"scancel {first['id']}")
+
+
+def test_logs_stream_in_order_without_duplicates_across_a_trigger_restart(slurm_cluster):
+    op = make_operator(command="for i in $(seq 1 40); do echo line-$i; sleep 0.25; done")
+    trigger = submit_deferred(op, Context(f"npa_itest_logs_{uuid.uuid4().hex[:6]}"))
+    kwargs = trigger.serialize()[1]
+
+    async def first_run() -> list[str]:
+        from npa_airflow.slurm.triggers import SlurmJobTrigger
+
+        t = SlurmJobTrigger(**kwargs)
+        t._log, collected = collecting_logger("first")
+        task = asyncio.ensure_future(anext(t.run()))
+        deadline = time.monotonic() + 90
+        while sum(1 for x in collected.lines if x.startswith("line-")) < 5:
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.2)
+        task.cancel()  # triggerer shutdown: no event, no on_kill
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await t.cleanup()
+        return collected.lines
+
+    async def second_run() -> tuple[list[str], dict]:
+        from npa_airflow.slurm.triggers import SlurmJobTrigger
+
+        t = SlurmJobTrigger(**kwargs)  # rebuilt from the stored kwargs, as a new triggerer does
+        t._log, collected = collecting_logger("second")
+        event = await asyncio.wait_for(anext(t.run()), 120)
+        return collected.lines, event.payload
+
+    reset_pollers()
+    before = asyncio.run(first_run())
+    reset_pollers()
+    after, payload = asyncio.run(second_run())
+    assert payload["status"] == "success"
+    streamed = [x for x in before + after if x.startswith("line-")]
+    assert streamed == [f"line-{i}" for i in range(1, 41)]
+    assert any(x.startswith("line-") for x in after)
