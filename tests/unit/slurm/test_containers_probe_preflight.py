@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -157,8 +158,11 @@ def test_probe_script_single_process_gloo(tmp_path: Path) -> None:
         pytest.skip("torchrun not installed")
     script = tmp_path / "probe.py"
     script.write_bytes(probe_source())
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     result = subprocess.run(
-        [str(torchrun), "--nnodes=1", "--nproc-per-node=2", "--master-port=29877", str(script)],
+        [str(torchrun), "--nnodes=1", "--nproc-per-node=2", f"--master-port={port}", str(script)],
         capture_output=True,
         text=True,
         timeout=120,
