@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -11,6 +13,8 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.integration
+
+CLUSTER_SCRIPT = Path(__file__).resolve().parents[2] / "dev" / "cluster"
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
@@ -136,3 +140,18 @@ def test_only_the_admin_can_take_a_node_down(cluster_ssh, cluster_admin):
     finally:
         cluster_admin("scontrol update nodename=g2 state=resume")
     assert "DOWN" not in _node_state(cluster_admin, "g2")
+
+
+def test_status_lists_every_daemon_up(slurm_cluster):
+    result = subprocess.run(
+        [str(CLUSTER_SCRIPT), "status"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NPA_CLUSTER_DIR": slurm_cluster.dir},
+    )
+    assert result.returncode == 0, result.stdout
+    names = [line.split()[0] for line in result.stdout.splitlines() if line.split()[1] == "up"]
+    assert names == [
+        "munged", "mariadbd", "slurmdbd", "slurmctld",
+        "slurmd-c1", "slurmd-c2", "slurmd-g1", "slurmd-g2", "sshd-2222", "sshd-2223",
+    ]  # fmt: skip
