@@ -1,0 +1,83 @@
+"""Against a real SkyPilot API server on loopback (dev/skypilot): protocol round trips and Airflow runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from npa_airflow.burst import client as sky
+from npa_airflow.burst.task import dag_yaml
+from tests.skypilot.conftest import run_dag_test
+
+DAGS = Path(__file__).resolve().parent / "dags"
+
+
+def test_health_and_version_check(skypilot_server):
+    with sky.SkyPilotClient(skypilot_server) as client:
+        info = client.health()
+    assert info.api_version >= sky.MIN_SERVER_API_VERSION
+    assert info.status == "healthy"
+
+
+async def test_async_client_health_and_status_round_trip(skypilot_server):
+    async with sky.AsyncSkyPilotClient(skypilot_server) as client:
+        assert (await client.health()).version
+        clusters = sky.parse_clusters(await client.call(sky.build_status(client.identity, ["npa-none"])))
+    assert clusters == {}
+
+
+def test_status_round_trip_lists_clusters(skypilot_server):
+    with sky.SkyPilotClient(skypilot_server) as client:
+        request_id = client.submit(sky.build_status(client.identity))
+        result = client.get(request_id)
+        statuses = client.request_statuses([request_id])
+    assert result.status == "SUCCEEDED" and result.name == "sky.status"
+    assert isinstance(sky.parse_clusters(result.return_value), dict)
+    assert statuses[request_id].status == "SUCCEEDED"
+
+
+def test_failed_request_error_is_readable(skypilot_server):
+    with sky.SkyPilotClient(skypilot_server) as client, pytest.raises(sky.SkyPilotApiError) as info:
+        client.call(sky.build_queue(client.identity, "npa-no-such-cluster"))
+    assert info.value.error_type == "ClusterDoesNotExist"
+    assert "Cluster 'npa-no-such-cluster' does not exist." in str(info.value)
+    assert "\x1b" not in str(info.value)
+
+
+def test_api_cancel_cancels_exactly_the_given_request(skypilot_server):
+    task = {"name": "cancel-me", "num_nodes": 1, "resources": {"infra": "aws"}, "run": "echo hi"}
+    with sky.SkyPilotClient(skypilot_server) as client:
+        bystander = client.submit(sky.build_status(client.identity))
+        request_id = client.submit(sky.build_launch(client.identity, dag_yaml(task), "npa-cancel-check"))
+        cancelled = client.cancel_requests([request_id])
+        result = client.get(request_id)
+        bystander_result = client.get(bystander)
+    # The launch either was still in flight (then it is CANCELLED and listed) or had already failed
+    # (nothing to cancel); the other request is never touched.
+    if request_id in cancelled:
+        assert result.status == "CANCELLED"
+    else:
+        assert cancelled == [] and result.status == "FAILED"
+    assert bystander_result.status == "SUCCEEDED"
+
+
+def test_submit_yaml_with_unresolved_placeholder_fails_before_any_request(skypilot_server, airflow_home):
+    out = run_dag_test(airflow_home, DAGS / "burst_server_checks.py", "npa_burst_yaml_unresolved")
+    assert out["states"] == {"submit": "failed"}
+    assert "unresolved placeholder(s) ${NPA_OUTPUT_URI}" in out["log"]
+    with sky.SkyPilotClient(skypilot_server) as client:
+        response = client.send(
+            sky.ApiRequest("GET", "/api/status", params={"cluster_name": "npa-unresolved-check", "all_status": "true"})
+        )
+        requests = sky.parse_request_statuses(response.status_code, response.json())
+    assert requests == {}
+
+
+def test_launch_error_reaches_the_task_log_readably(skypilot_server, airflow_home):
+    out = run_dag_test(airflow_home, DAGS / "burst_server_checks.py", "npa_burst_infra_not_enabled")
+    assert out["states"] == {"train": "failed"}
+    log = out["log"]
+    assert "launch request" in log.lower()
+    assert "launch of cluster npa-infra-not-enabled failed:" in log
+    assert "\x1b[" not in log.split("launch of cluster npa-infra-not-enabled failed:")[1][:400]
