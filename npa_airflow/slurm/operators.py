@@ -403,12 +403,18 @@ class SlurmJobOperatorBase(BaseOperator):
         except Exception as exc:
             self.log.warning("Could not validate bad nodes against scontrol (%s); not excluding them", exc)
             return []
-        valid = sorted({n for n in bad_nodes if n in known})
+        from npa_airflow.slurm.failures import validate_exclusions
+
+        valid = sorted(validate_exclusions(bad_nodes, known))
         if not valid:
             return []
         key = self._exclusion_key(context)
-        previous = Variable.get(key, default=None, deserialize_json=True) or []
-        Variable.set(key, sorted(set(previous) | set(valid)), serialize_json=True)
+        try:
+            previous = Variable.get(key, default=None, deserialize_json=True) or []
+            Variable.set(key, sorted(set(previous) | set(valid)), serialize_json=True)
+        except Exception as exc:
+            self.log.warning("Could not record bad nodes %s for the next try: %s", ", ".join(valid), exc)
+            return []
         return valid
 
     def _forget_bad_nodes(self, context: Context) -> None:
@@ -455,7 +461,7 @@ class SlurmJobOperatorBase(BaseOperator):
         if status == "marker_missing":
             raise AirflowFailException(f"{event['message']}\n--- last lines of the job's output ---\n{tail}")
         verdict = self._classify(event, tail)
-        if verdict is not None and verdict[0] == "infra":
+        if verdict[0] == "infra":
             excluded = self._record_bad_nodes(context, hook, verdict[2])
             where = f"; the next try excludes {', '.join(excluded)}" if excluded else ""
             raise AirflowException(
@@ -466,7 +472,7 @@ class SlurmJobOperatorBase(BaseOperator):
             f"{event['message']}: a program failure, not retried.\n--- last lines of the job's output ---\n{tail}"
         )
 
-    def _classify(self, event: dict[str, Any], tail: str) -> tuple[str, str, list[str]] | None:
+    def _classify(self, event: dict[str, Any], tail: str) -> tuple[str, str, list[str]]:
         """("infra" | "program", evidence, bad nodes) from the final state and the log tail."""
         from npa_airflow.common.states import JobState
         from npa_airflow.slurm.commands import SlurmJobInfo
@@ -483,12 +489,8 @@ class SlurmJobOperatorBase(BaseOperator):
             reason=event.get("reason"),
             source="event",
         )
-        result = classify(info, tail)
-        kind = getattr(result, "kind", None) or (result if isinstance(result, str) else "program")
-        evidence = getattr(result, "evidence", None) or getattr(result, "matched", None) or info.native_state
-        if isinstance(evidence, (list, tuple)):
-            evidence = "; ".join(map(str, evidence))
-        return kind, str(evidence), list(getattr(result, "bad_nodes", ()) or ())
+        verdict = classify(info, tail)
+        return verdict.kind, verdict.evidence, list(verdict.bad_nodes)
 
     def _log_tail(self, hook: SlurmHook, handle: SlurmJobHandle) -> str:
         paths = list(dict.fromkeys([handle.stdout_path, handle.stderr_path]))

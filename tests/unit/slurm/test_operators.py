@@ -322,3 +322,15 @@ def test_on_kill_cancels_only_a_job_that_is_still_ours():
     op._handle = SlurmJobHandle.from_dict(handle_dict())
     op.on_kill()
     assert hook.calls == [("cancel", "101")]
+
+
+def test_infra_failure_is_retryable_and_names_the_evidence():
+    op = make_op(HookDouble())
+    event = make_event_payload(
+        "failed", handle_dict(), "Slurm job 101 ended NODE_FAIL", state="ERROR", native_state="NODE_FAIL",
+        exit_code=0, signal=None, node_list="c1", reason=None, log_tail="",
+    )  # fmt: skip
+    with pytest.raises(AirflowException) as err:
+        op.execute_complete(context(), event)
+    assert not isinstance(err.value, AirflowFailException)
+    assert "infrastructure reason (job state NODE_FAIL" in str(err.value)
