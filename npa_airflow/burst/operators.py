@@ -328,7 +328,7 @@ class BurstTorchrunOperator(_BurstLaunchMixin):
             entrypoint=self.entrypoint,
             name=self.job_name,
             envs=self.envs,
-            infra=self.infra,
+            infra=self.infra or None,
             workdir=self.workdir,
             file_mounts=self.file_mounts,
             master_port=self.master_port,

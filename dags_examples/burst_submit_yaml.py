@@ -1,0 +1,36 @@
+"""Launch one SkyPilot task YAML with ${VAR} placeholders (the seed's `npa burst submit-yaml`).
+
+`burst/task.yaml` keeps its placeholders so no concrete registry, bucket or run id is ever baked in;
+`vars` (templated) fills them. A placeholder left unresolved fails the task before any request is sent;
+SkyPilot's own `${SKYPILOT_...}` variables stay for run time. The job name defaults to the YAML's name.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG, Param
+
+from npa_airflow.burst.operators import BurstSubmitYamlOperator
+
+with DAG(
+    dag_id="burst_submit_yaml",
+    schedule=None,
+    catchup=False,
+    tags=["npa", "burst", "example"],
+    params={
+        "image": Param("nvcr.io/nvidia/pytorch:25.01-py3", type="string"),
+        "gpu_per_node": Param("H100:8", type="string"),
+        "output_uri": Param("s3://example-bucket/burst-smoke/", type="string"),
+    },
+) as dag:
+    BurstSubmitYamlOperator(
+        task_id="smoke",
+        skypilot_conn_id="skypilot_default",
+        yaml_path="burst/task.yaml",
+        vars={
+            "NPA_RUN_ID": "{{ run_id | replace(':', '-') | replace('+', '-') }}",
+            "NPA_IMAGE": "{{ params.image }}",
+            "NPA_GPU_PER_NODE": "{{ params.gpu_per_node }}",
+            "NPA_OUTPUT_URI": "{{ params.output_uri }}{{ ds_nodash }}/",
+        },
+        retries=0,
+    )
