@@ -8,6 +8,7 @@ import pytest
 
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm import commands as c
+from npa_airflow.slurm.states import interpret_native_state
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -53,8 +54,6 @@ def test_sacct_default_width_sample_truncated_state():
     # The seed's fallback: first word of the State column, "+" dropped.
     _job, state = sample("sacct_default_width.txt").split()
     assert state == "CANCELLED+"
-    from npa_airflow.slurm.states import interpret_native_state
-
     assert interpret_native_state(state) is JobState.CANCELED
 
 
