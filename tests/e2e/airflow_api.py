@@ -125,7 +125,7 @@ class AirflowApi:
         return [_event_text(item) for item in r.json()["content"]]
 
     def extra_links(self, dag_id: str, run_id: str, task_id: str) -> dict[str, str | None]:
-        return self.get(f"{self._ti_path(dag_id, run_id, task_id)}/links")
+        return self.get(f"{self._ti_path(dag_id, run_id, task_id)}/links")["extra_links"]
 
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str) -> Any:
         r = self.request(
@@ -155,9 +155,12 @@ def poll(probe: Callable[[], Any], timeout: float, what: str, interval: float = 
 
 
 def _event_text(item: Any) -> str:
-    if isinstance(item, dict):
-        return str(item.get("event", ""))
-    return str(item)
+    if not isinstance(item, dict):
+        return str(item)
+    text = str(item.get("event", ""))
+    for err in item.get("error_detail") or []:  # an exception logged with the event: keep its message
+        text += f" | {err.get('exc_type')}: {err.get('exc_value')}"
+    return text
 
 
 def _expect(r: httpx.Response, *codes: int) -> None:

@@ -20,6 +20,9 @@ from tests.e2e.airflow_api import AirflowApi, poll
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW_SCRIPT = REPO / "dev" / "airflow"
 E2E_DAGS = Path(__file__).resolve().parent / "dags"
+# A stand-in session credential, given to Airflow as the Variable `npa_e2e_token`; the test DAG hands it
+# to the job as a secret, and the tests check it never shows in the log, XCom or rendered template.
+E2E_SECRET = "npa-e2e-token-5b0d7c1f9a2e"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -57,6 +60,7 @@ def airflow(slurm_cluster) -> Iterator[AirflowInstance]:
         "NPA_AIRFLOW_EXTRA_DAGS": str(E2E_DAGS),
         "NPA_AIRFLOW_USER": "admin",
         "NPA_AIRFLOW_PASSWORD": "e2e-admin",
+        "AIRFLOW_VAR_NPA_E2E_TOKEN": E2E_SECRET,
     }
     keep = os.environ.get("NPA_E2E_KEEP") == "1"
     instance = AirflowInstance(
@@ -80,6 +84,11 @@ def airflow(slurm_cluster) -> Iterator[AirflowInstance]:
 @pytest.fixture(scope="session")
 def api(airflow: AirflowInstance) -> AirflowApi:
     return airflow.api
+
+
+@pytest.fixture(scope="session")
+def e2e_secret() -> str:
+    return E2E_SECRET
 
 
 @pytest.fixture(scope="session")
