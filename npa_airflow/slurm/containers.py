@@ -231,7 +231,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
     pending on a QOS memory limit is cancelled and reported with the remedy.
     """
 
-    template_fields: Sequence[str] = ("image", "target", "sqsh_cache_dir", "partition", "convert_script")
+    template_fields: Sequence[str] = ("image", "target", "sqsh_cache_dir", "partition", "mem", "convert_script")
     template_fields_renderers = {"convert_script": "bash"}
     ui_color = "#efe8f4"
 

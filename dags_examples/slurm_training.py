@@ -1,0 +1,180 @@
+"""The full Slurm training pipeline: every slow or fragile step runs before the GPU job, as its own task.
+
+    preflight -> convert (.sqsh, CPU partition) -> probe (2-node all-reduce) -> train (multi-node) -> collect
+              \\-> stage_code ------------------------------------------------/
+
+- preflight: one read-only SSH round trip (tools, Pyxis/Enroot, writable results root and .sqsh cache, the
+  dataset exists, partitions exist and allow the wall time). Nothing is written when it fails.
+- convert: the registry image becomes a .sqsh on shared storage once (a CPU Slurm job); later runs reuse it.
+  A failed conversion fails here: the GPU job never pulls from a registry.
+- probe: a 2-node all-reduce under the image's torchrun (NCCL on GPUs, gloo on CPUs); on a hang it retries
+  with the next NCCL knob set and caches the set that works, so later runs skip it.
+- train: the multi-node job, in the converted image, with the probe's environment; it waits deferred (no
+  worker slot held) and succeeds only with the success marker status.json.
+- collect: reads the success marker and the metrics the job wrote.
+
+It runs as-is on the local test cluster (`dev/cluster up`): partition `gpu` (g1, g2: fake GPUs, so torch
+uses gloo), `cpu` for the conversion, and test stand-ins for Pyxis/Enroot. On a real cluster, set the
+params: image (e.g. nvcr.io/nvidia/pytorch:24.01-py3), dataset (lustre:///...), gpus_per_node (e.g. 8).
+The Slurm connection `slurm_default` names the login host(s), user, key, results root, cpu_partition and
+sqsh_cache_dir.
+"""
+
+from __future__ import annotations
+
+import shlex
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param, task
+
+from npa_airflow.slurm.containers import (
+    SlurmNcclProbeOperator,
+    SlurmPreflightOperator,
+    SlurmSqshConvertOperator,
+)
+from npa_airflow.slurm.operators import SlurmSubmitOperator
+
+CONN_ID = "slurm_default"
+NODES = 2
+GPUS_PER_NODE = 1  # per node; the probe also runs for a single node with 2+ GPUs
+
+# A small data-parallel training run: each rank reads the dataset listing, trains a linear model with DDP
+# for a few steps (gloo on CPU, NCCL on GPU) and rank 0 writes metrics.json into the job's results dir.
+TRAIN_PY = """\
+import json, os, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+dataset = sys.argv[1]
+files = sorted(os.listdir(dataset)) if os.path.isdir(dataset) else [dataset]
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(64, 4) + rank
+y = x.sum(dim=1, keepdim=True)
+for step in range(20):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+t = torch.tensor([loss.item()])
+dist.all_reduce(t)
+if rank == 0:
+    out = {"world_size": world, "mean_final_loss": t.item() / world, "dataset_entries": len(files),
+           "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+           "image": os.environ.get("NPA_STANDIN_CONTAINER_IMAGE", "")}
+    with open(os.path.join(os.environ["NPA_RESULTS_DIR"], "metrics.json"), "w") as f:
+        json.dump(out, f)
+    print("train: " + json.dumps(out), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def shell_exports(env: dict) -> str:
+    """`export K=V` lines (quoted) for the probe's environment; names were validated by the probe."""
+    return "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in sorted((env or {}).items())) or ":"
+
+
+with DAG(
+    dag_id="slurm_training",
+    schedule=None,
+    catchup=False,
+    tags=["npa", "slurm", "example"],
+    params={
+        "image": Param("registry.local/npa/pytorch:24.01", type="string", description="registry image or .sqsh"),
+        "dataset": Param(
+            "lustre:///var/tmp/npa-cluster/shared/data", type="string", description="training data on shared storage"
+        ),
+        "partition": Param("gpu", type="string"),
+        "convert_mem": Param("7200M", type="string", description="conversion job memory (the seed's profile)"),
+    },
+    user_defined_filters={"shell_exports": shell_exports, "q": shlex.quote},
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=10)},
+) as dag:
+    preflight = SlurmPreflightOperator(
+        task_id="preflight",
+        slurm_conn_id=CONN_ID,
+        dataset_paths=["{{ params.dataset }}"],
+        partitions=["{{ params.partition }}"],
+        time_hours=0.25,
+        retries=0,
+    )
+
+    convert = SlurmSqshConvertOperator(
+        task_id="convert",
+        slurm_conn_id=CONN_ID,
+        image="{{ params.image }}",
+        mem="{{ params.convert_mem }}",
+        poll_interval=3,
+        retries=0,  # a failed conversion is fixed on the CPU partition, not retried blindly
+    )
+
+    probe = SlurmNcclProbeOperator(
+        task_id="probe",
+        slurm_conn_id=CONN_ID,
+        nodes=NODES,
+        gpus_per_node=GPUS_PER_NODE,
+        partition="{{ params.partition }}",
+        image=convert.output,
+        poll_interval=3,
+    )
+
+    @task
+    def stage_code() -> dict:
+        """Put the training script on shared storage (never fetched inside the GPU allocation)."""
+        from npa_airflow.slurm.hook import SlurmHook
+
+        hook = SlurmHook(CONN_ID)
+        root = hook.config.results_root
+        path = f"{root}/code/slurm_training/train.py"
+        hook.write_file(path, TRAIN_PY.encode(), mode=0o644)
+        return {"script": path, "mount": f"{root}:{root}"}
+
+    code = stage_code()
+
+    train = SlurmSubmitOperator(
+        task_id="train",
+        slurm_conn_id=CONN_ID,
+        partition="{{ params.partition }}",
+        nodes=NODES,
+        gpus_per_node=GPUS_PER_NODE,
+        cpus_per_task=1,
+        time_hours=0.25,
+        image=convert.output,
+        container_mounts=["{{ ti.xcom_pull(task_ids='stage_code')['mount'] }}"],
+        inputs=["{{ params.dataset }}"],
+        # The probe's working NCCL environment, exported on every node before the command.
+        pre_commands=["{{ ti.xcom_pull(task_ids='probe') | shell_exports }}"],
+        command=(
+            # A port per job: on the loopback test cluster all "nodes" share one host.
+            "torchrun --nnodes=$WORLD_SIZE --nproc-per-node=$NUM_GPU_PER_NODE --node-rank=$NODE_RANK "
+            "--master-addr=$MASTER_ADDR --master-port=$((20000 + SLURM_JOB_ID % 20000)) "
+            "{{ ti.xcom_pull(task_ids='stage_code')['script'] | q }} "
+            "{{ params.dataset | replace('lustre://', '') | q }}"
+        ),
+        success_marker="status.json",
+        poll_interval=3,
+    )
+
+    @task
+    def collect(handle: dict) -> dict:
+        """Read the success marker and the metrics from the job's results directory."""
+        import json
+
+        from npa_airflow.slurm.hook import SlurmHook
+
+        hook = SlurmHook(CONN_ID)
+        results = handle["results_dir"]
+        status = json.loads(hook.run(["cat", f"{results}/status.json"]).text)
+        metrics = json.loads(hook.run(["cat", f"{results}/metrics.json"]).text)
+        if status.get("state") != "COMPLETE":
+            raise ValueError(f"job {handle['job_id']} wrote status {status!r}")
+        print(f"collect: job {handle['job_id']} {status['state']}; metrics {metrics}")
+        return {"job_id": handle["job_id"], "status": status, "metrics": metrics}
+
+    preflight >> [convert, code]
+    probe >> train
+    code >> train
+    collect(train.output)
