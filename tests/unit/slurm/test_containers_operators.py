@@ -1,0 +1,157 @@
+"""Operator logic of preflight, conversion and probe that needs no cluster.
+
+The QOS case uses a recording stand-in for the hook: the local cluster does not enforce QOS limits
+(AccountingStorageEnforce is off), so a job pending on QOSGrpMemLimit cannot be produced there.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from npa_airflow.common.handle import SlurmJobHandle
+from npa_airflow.common.states import JobState
+from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.commands import SlurmJobInfo
+from npa_airflow.slurm.connection import SlurmConnectionConfig
+from npa_airflow.slurm.containers import (
+    SlurmEnrootCredentialsOperator,
+    SlurmNcclProbeOperator,
+    SlurmPreflightOperator,
+    SlurmSqshConvertOperator,
+)
+
+CFG = SlurmConnectionConfig(
+    conn_id="slurm_default",
+    hosts=(("login1", 22),),
+    user="npa",
+    insecure_skip_host_key_check=True,
+    partition="gpu",
+    cpu_partition="cpu_long",
+    results_root="/lustre/results",
+    sqsh_cache_dir="/lustre/sqsh",
+)
+
+
+class RecordingHook:
+    """Stands in for SlurmHook where the cluster cannot produce the state under test."""
+
+    def __init__(self, infos: list[SlurmJobInfo | None]) -> None:
+        self.config = CFG
+        self.infos = infos
+        self.cancelled: list[str] = []
+
+    def job_states(self, ids):
+        info = self.infos.pop(0) if self.infos else None
+        return {ids[0]: info} if info else {}
+
+    def cancel(self, job_id: str) -> None:
+        self.cancelled.append(job_id)
+
+
+def _info(state: JobState, native: str, reason: str | None) -> SlurmJobInfo:
+    return SlurmJobInfo("42", native, state, None, None, "npa-x-0123456789-t1", None, reason, "squeue")
+
+
+def _handle() -> SlurmJobHandle:
+    return SlurmJobHandle(
+        conn_id="slurm_default",
+        cluster=None,
+        job_id="42",
+        job_name="npa-x-0123456789-t1",
+        login_host="login1:22",
+        results_dir="/lustre/sqsh",
+        stdout_path="/lustre/results/slurm-logs/x.out",
+        stderr_path="/lustre/results/slurm-logs/x.err",
+        try_number=1,
+        retry_of=None,
+        submitted_at=1.0,
+    )
+
+
+def test_conversion_pending_on_qos_memory_is_cancelled_with_the_seeds_advice(monkeypatch) -> None:
+    monkeypatch.setattr("npa_airflow.slurm.containers.QOS_CHECK_INTERVAL", 0.0)
+    op = SlurmSqshConvertOperator(task_id="convert", image="nvcr.io/nvidia/pytorch:24.01-py3")
+    hook = RecordingHook(
+        [_info(JobState.PENDING, "PENDING", "Priority"), _info(JobState.PENDING, "PENDING", "QOSGrpMemLimit")]
+    )
+    with pytest.raises(AirflowFailException) as err:
+        op.fail_if_blocked_by_qos(hook, _handle())
+    assert hook.cancelled == ["42"]
+    message = str(err.value)
+    assert "PENDING on QOSGrpMemLimit" in message
+    assert "-p cpu_long -c4 --mem=7200M" in message
+    assert "Do not wait for the QOS" in message
+
+
+def test_conversion_that_runs_is_left_alone(monkeypatch) -> None:
+    monkeypatch.setattr("npa_airflow.slurm.containers.QOS_CHECK_INTERVAL", 0.0)
+    op = SlurmSqshConvertOperator(task_id="convert", image="nvcr.io/nvidia/pytorch:24.01-py3")
+    hook = RecordingHook([_info(JobState.PENDING, "PENDING", "Resources"), _info(JobState.RUNNING, "RUNNING", None)])
+    op.fail_if_blocked_by_qos(hook, _handle())
+    assert hook.cancelled == []
+    assert hook.infos == []
+
+
+def test_convert_target_paths() -> None:
+    op = SlurmSqshConvertOperator(task_id="c", image="nvcr.io/nvidia/pytorch:24.01-py3")
+    assert op.target_path(CFG) == "/lustre/sqsh/nvcr.io+nvidia+pytorch+24.01-py3.sqsh"
+    op = SlurmSqshConvertOperator(task_id="c", image="ubuntu", sqsh_cache_dir="/other")
+    assert op.target_path(CFG) == "/other/docker.io+library+ubuntu+latest.sqsh"
+    op = SlurmSqshConvertOperator(task_id="c", image="ubuntu:22.04", target="/x/u.sqsh")
+    assert op.target_path(CFG) == "/x/u.sqsh"
+    op = SlurmSqshConvertOperator(task_id="c", image="/ready/pt.sqsh")
+    assert op.target_path(CFG) == "/ready/pt.sqsh"
+    no_cache = SlurmConnectionConfig(conn_id="c", hosts=(("h", 22),), user="u", insecure_skip_host_key_check=True)
+    with pytest.raises(NpaValidationError, match="sqsh_cache_dir"):
+        SlurmSqshConvertOperator(task_id="c", image="ubuntu:22.04").target_path(no_cache)
+
+
+def test_preflight_request_defaults_from_the_connection() -> None:
+    op = SlurmPreflightOperator(task_id="p", dataset_paths="lustre:///lustre/data", time_hours=4)
+    req = op.build_request(CFG)
+    assert req.writable_dirs == (("results_root", "/lustre/results"), ("sqsh_cache_dir", "/lustre/sqsh"))
+    assert req.partitions == ("gpu", "cpu_long")
+    assert req.dataset_paths == ("lustre:///lustre/data",)
+    assert req.time_minutes == 240
+    assert req.check_pyxis and req.check_enroot
+    bare = SlurmPreflightOperator(task_id="p", containers=False).build_request(CFG)
+    assert bare.writable_dirs == (("results_root", "/lustre/results"),)
+    assert bare.partitions == ("gpu",)
+    assert not bare.check_pyxis and not bare.check_enroot
+    with pytest.raises(NpaValidationError, match="relative"):
+        SlurmPreflightOperator(task_id="p", dataset_paths=["data"]).build_request(CFG)
+
+
+def test_probe_job_names_carry_the_knob_index() -> None:
+    op = SlurmNcclProbeOperator(task_id="probe")
+    ti = SimpleNamespace(dag_id="d", task_id="probe", run_id="r1", map_index=-1, try_number=2)
+    op._knob_index = 1
+    name = op.job_name_for_context({"ti": ti})
+    assert name.endswith("-k1-t2") and name.startswith("npa-d-probe-")
+
+
+def test_probe_gate_returns_no_env_without_touching_the_cluster() -> None:
+    op = SlurmNcclProbeOperator(task_id="probe", nodes=1, gpus_per_node=1)
+    assert op.execute({}) == {}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"nodes": 0}, "nodes=0"),
+        ({"gpus_per_node": -1}, "gpus_per_node=-1"),
+        ({"knob_sets": []}, "non-empty list"),
+        ({"knob_sets": [{"MASTER_PORT": "1"}]}, "set by the probe itself"),
+    ],
+)
+def test_probe_rejects_bad_arguments_at_parse_time(kwargs: dict, fragment: str) -> None:
+    with pytest.raises(NpaValidationError, match=fragment):
+        SlurmNcclProbeOperator(task_id="probe", **kwargs)
+
+
+def test_credentials_operator_rejects_a_bad_connection_id() -> None:
+    with pytest.raises(NpaValidationError, match="registry_conn_id"):
+        SlurmEnrootCredentialsOperator(task_id="c", registry_conn_id="bad id")
