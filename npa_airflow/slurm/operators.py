@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseOperator
 
 from npa_airflow.common.links import SLURM_XCOM_KEY, SlurmJobLink
-from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
+from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaRemoteError, NpaValidationError
 
 if TYPE_CHECKING:
     import jinja2
@@ -76,6 +76,11 @@ def default_deferrable() -> bool:
     if raw is None:
         return True
     return raw.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+
+
+def _no_exit_status(exc: Exception) -> bool:
+    """The session ended without an exit status (e.g. killed right after sbatch): sbatch may have run."""
+    return "without an exit status" in str(exc) or "no exit status" in str(exc)
 
 
 def try_of(job_name: str) -> int:
@@ -295,7 +300,9 @@ class SlurmJobOperatorBase(BaseOperator):
                     required_paths=list(job.required_paths),
                     mkdirs=list(job.mkdirs),
                 )
-            except NpaAmbiguousSubmission as exc:
+            except (NpaAmbiguousSubmission, NpaRemoteError) as exc:
+                if isinstance(exc, NpaRemoteError) and not _no_exit_status(exc):
+                    raise  # sbatch or staging clearly refused: nothing was submitted
                 self.log.warning("Submission of %s is ambiguous (%s); reconciling by job name", job.job_name, exc)
                 adopted = self._reconcile(hook, job, retry_of)
                 if adopted is not None:

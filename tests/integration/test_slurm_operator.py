@@ -129,6 +129,16 @@ def sacct_jobs(cluster_ssh, name_prefix: str) -> list[dict[str, str]]:
     return jobs
 
 
+def accounted_jobs(cluster_ssh, name_prefix: str, timeout: float = 30) -> list[dict[str, str]]:
+    """Like sacct_jobs, but waits out accounting lag until at least one job is recorded."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = sacct_jobs(cluster_ssh, name_prefix)
+        if jobs or time.monotonic() > deadline:
+            return jobs
+        time.sleep(1)
+
+
 class Context(dict):
     """A task-instance context for driving an operator directly (identity + xcom_push)."""
 
@@ -212,7 +222,7 @@ def test_example_dag_runs_a_two_node_job_with_rendezvous_variables(airflow_home,
     assert {line.split()[1] for line in rendezvous} == {"node=c1", "node=c2"}
     # the job's output was streamed into the task log while it ran
     assert "node 1 step 3" in output and "rendezvous node=c2" in output
-    (job,) = [j for j in sacct_jobs(cluster_ssh, handle["job_name"])]
+    (job,) = accounted_jobs(cluster_ssh, handle["job_name"])
     assert job["id"] == handle["job_id"] and job["state"] == "COMPLETED"
 
 
@@ -230,7 +240,7 @@ def test_program_failure_fails_once_without_retry_and_shows_the_tail(airflow_hom
     assert train["try_number"] == 1  # AirflowFailException: no retry consumed
     assert "a program failure, not retried" in output
     assert "fatal: bad learning rate" in output  # the log tail is in the failure message
-    jobs = sacct_jobs(cluster_ssh, f"npa-{dag_id.replace('_', '-')}")
+    jobs = accounted_jobs(cluster_ssh, f"npa-{dag_id.replace('_', '-')}")
     assert [j["state"] for j in jobs] == ["FAILED"]
 
 
@@ -254,7 +264,7 @@ def test_on_kill_of_the_trigger_cancels_the_job(slurm_cluster, cluster_ssh):
         return await wait_state(hook, job_id, {"CANCELLED"})
 
     assert asyncio.run(scenario()) == "CANCELLED"
-    (job,) = sacct_jobs(cluster_ssh, trigger.handle["job_name"])
+    (job,) = accounted_jobs(cluster_ssh, trigger.handle["job_name"])
     assert job["state"] == "CANCELLED"
 
 
@@ -274,6 +284,8 @@ def test_ambiguous_submission_after_ssh_drop_yields_exactly_one_job(slurm_cluste
     ctx = Context(f"npa_itest_ambig_{uuid.uuid4().hex[:6]}")
     trigger = submit_deferred(op, ctx)
     assert drops, "the drop was not injected"
+    jobs = accounted_jobs(cluster_ssh, trigger.handle["job_name"])
+    time.sleep(2)  # a duplicate submitted in the same instant would be accounted by now too
     jobs = sacct_jobs(cluster_ssh, trigger.handle["job_name"])
     assert [j["id"] for j in jobs] == [trigger.handle["job_id"]]
 
@@ -300,13 +312,13 @@ def test_reattach_after_the_worker_is_killed(slurm_cluster, cluster_ssh, tmp_pat
     first_name = job_name_for(dag_id, "train", run_id, -1, 1)
     try:
         deadline = time.monotonic() + 60
-        while not sacct_jobs(cluster_ssh, first_name):
+        while not cluster_ssh(f"squeue -h -o %i --name={first_name}", check=True).stdout.strip():
             assert time.monotonic() < deadline, "the worker never submitted"
             time.sleep(0.5)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the worker dies without on_kill: the job keeps running
         proc.wait()
-    (first,) = sacct_jobs(cluster_ssh, first_name)
+    (first,) = accounted_jobs(cluster_ssh, first_name)
 
     op = make_operator(command="sleep 25; echo finished")
     trigger = submit_deferred(op, Context(dag_id, try_number=2, run_id=run_id))
