@@ -1,0 +1,407 @@
+"""Monitoring cost and detection latency: N SlurmJobTriggers in one process vs a connection-per-trigger baseline.
+
+Ours: N real `SlurmJobTrigger.run()` generators on one asyncio loop (standing in for the triggerer's loop; no
+Airflow triggerer process), all sharing the process-wide poller and the hook's pooled connection. Of the N jobs,
+up to 8 finish (sleep, then print the epoch time as their last line); the rest are held and stay PENDING, so
+every poll still covers all N.
+
+Baseline: the SSH provider's shape applied to Slurm. One asyncssh connection per waiting task, each polling its
+own job every interval: `squeue -h -j ID -o %T`, and `sacct -j ID` once squeue no longer lists it. Measured
+over the same jobs, for a fixed number of cycles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncssh
+
+from benchmarks.cluster import ClusterEnv, SshdLog, local_port, rpc_delta, rpc_snapshot
+from benchmarks.jobs import CONN_ID, BenchJob, BenchRun
+from benchmarks.report import p50, pmax
+from npa_airflow.slurm import hook as hook_module
+from npa_airflow.slurm.commands import TAIL_MARK
+from npa_airflow.slurm.hook import CommandResult, SlurmHook
+from npa_airflow.slurm.poller import get_poller
+from npa_airflow.slurm.triggers import SlurmJobTrigger
+
+MAX_FINISHERS = 8
+
+
+@dataclass
+class Call:
+    cycle: int
+    kind: str
+    job_ids: int
+    stdout_bytes: int
+
+
+class CountingHook(SlurmHook):
+    """SlurmHook that records every remote command it sends (kind, ids carried, bytes received)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[Call] = []
+        self.cycle = lambda: 0
+
+    async def arun(self, argv, **kwargs) -> CommandResult:  # type: ignore[override]
+        kind, ids = classify(argv)
+        stdout_bytes = 0
+        try:
+            result = await super().arun(argv, **kwargs)
+            stdout_bytes = len(result.stdout)
+            return result
+        finally:
+            self.calls.append(Call(self.cycle(), kind, ids, stdout_bytes))
+
+
+def classify(argv) -> tuple[str, int]:
+    if isinstance(argv, str):
+        if TAIL_MARK in argv:
+            return "tail", 0
+        if ".npa-offsets" in argv:
+            return "offsets", 0
+        return "shell", 0
+    name = argv[0]
+    ids = 0
+    for i, arg in enumerate(argv):
+        if arg == "-j" and i + 1 < len(argv):
+            ids = len(argv[i + 1].split(","))
+        elif arg.startswith("--jobs="):
+            ids = len(arg.split("=", 1)[1].split(","))
+    return name, ids
+
+
+@dataclass
+class Window:
+    """What one measured window cost the cluster and this process."""
+
+    cycles: int
+    seconds: float
+    cpu_seconds: float
+    connections_held: int
+    connections_opened: int
+    ssh_sessions: int
+    foreign_sessions: int
+    slurmctld: Counter[str] = field(default_factory=Counter)
+    slurmdbd: Counter[str] = field(default_factory=Counter)
+
+    def per_cycle(self, value: float) -> float | None:
+        return value / self.cycles if self.cycles else None
+
+    @property
+    def ctld_total(self) -> int:
+        return sum(self.slurmctld.values())
+
+    @property
+    def dbd_jobs(self) -> int:
+        return self.slurmdbd.get("DBD_GET_JOBS_COND", 0)
+
+
+@dataclass
+class OursResult:
+    n: int
+    window: Window
+    max_commands_per_cycle: int
+    max_state_commands_per_cycle: int
+    max_ids_per_query: int
+    kinds: Counter[str]
+    latencies: list[float]
+    interval: float
+    submit_seconds: float
+
+
+@dataclass
+class BaselineResult:
+    n: int
+    window: Window
+    connect_seconds: float
+
+
+class Meter:
+    """Marks the start of a window and measures it at the end."""
+
+    def __init__(self, env: ClusterEnv) -> None:
+        self.env = env
+        self.sshd = SshdLog(env.sshd_log)
+
+    def start(self) -> None:
+        self.mark = self.sshd.mark()
+        self.rpc = rpc_snapshot(self.env)
+        self.cpu = time.process_time()
+        self.wall = time.monotonic()
+
+    def stop(self, *, cycles: int, my_ports: set[int], held: int, opened: int) -> Window:
+        cpu = time.process_time() - self.cpu
+        wall = time.monotonic() - self.wall
+        activity = self.sshd.since(self.mark)
+        ctld, dbd = rpc_delta(self.rpc, rpc_snapshot(self.env))
+        _, mine = activity.count(ports=my_ports)
+        _, foreign = activity.count(ports=my_ports, mine=False)
+        return Window(
+            cycles=cycles,
+            seconds=wall,
+            cpu_seconds=cpu,
+            connections_held=held,
+            connections_opened=opened,
+            ssh_sessions=mine,
+            foreign_sessions=foreign,
+            slurmctld=ctld,
+            slurmdbd=dbd,
+        )
+
+
+def _pool_ports() -> set[int]:
+    return {local_port(conn) for conn, _ in hook_module._pool().connections.values() if not conn.is_closed()}
+
+
+def finisher_sleeps(n: int) -> list[float]:
+    return [10 + 2.5 * i for i in range(min(n, MAX_FINISHERS))]
+
+
+async def run_ours(
+    env: ClusterEnv, run: BenchRun, hook: CountingHook, jobs: Sequence[BenchJob], interval: float, submit_seconds: float
+) -> OursResult:
+    poller = get_poller(CONN_ID, lambda _: hook)
+    hook.cycle = lambda: poller.stats.cycles
+    meter = Meter(env)
+    connects0 = hook_module._pool().connects
+    cycles0 = poller.stats.cycles
+    calls0 = len(hook.calls)
+    fired: dict[str, float] = {}
+
+    async def wait(trigger: SlurmJobTrigger) -> None:
+        async for _event in trigger.run():
+            fired[trigger.job_id] = time.time()
+
+    meter.start()
+    tasks = [
+        asyncio.create_task(wait(SlurmJobTrigger(j.handle(run.tag, run.results_dir), CONN_ID, poll_interval=interval)))
+        for j in jobs
+    ]
+    finishers = [j for j in jobs if j.finishes]
+    deadline = time.monotonic() + max(finisher_sleeps(len(jobs))) + 120
+    while any(j.job_id not in fired for j in finishers) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    window = meter.stop(
+        cycles=poller.stats.cycles - cycles0,
+        my_ports=_pool_ports(),
+        held=len(_pool_ports()),
+        opened=hook_module._pool().connects - connects0,
+    )
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+    calls = hook.calls[calls0:]
+    by_cycle: dict[int, list[Call]] = {}
+    for call in calls:
+        by_cycle.setdefault(call.cycle, []).append(call)
+    state_kinds = {"sacct", "squeue"}
+    latencies = []
+    for job in finishers:
+        if job.job_id in fired:
+            latencies.append(fired[job.job_id] - _end_time(job.stdout_path))
+    return OursResult(
+        n=len(jobs),
+        window=window,
+        max_commands_per_cycle=max((len(c) for c in by_cycle.values()), default=0),
+        max_state_commands_per_cycle=max(
+            (sum(1 for x in c if x.kind in state_kinds) for c in by_cycle.values()), default=0
+        ),
+        max_ids_per_query=max((c.job_ids for c in calls if c.kind == "sacct"), default=0),
+        kinds=Counter(c.kind for c in calls),
+        latencies=latencies,
+        interval=interval,
+        submit_seconds=submit_seconds,
+    )
+
+
+def _end_time(stdout_path: str) -> float:
+    """The job's last stdout line: the epoch time its work ended (shared storage is local here)."""
+    lines = Path(stdout_path).read_text().strip().splitlines()
+    return float(lines[-1])
+
+
+async def run_baseline(env: ClusterEnv, jobs: Sequence[BenchJob], interval: float, cycles: int) -> BaselineResult:
+    """One SSH connection per waiting task, one per-job poll per task per cycle."""
+    options = dict(
+        username=env.user,
+        client_keys=[asyncssh.read_private_key(env.key_file)],
+        known_hosts=env.known_hosts,
+        agent_path=None,
+        config=None,
+    )
+    opening = asyncio.Semaphore(10)
+
+    async def connect() -> asyncssh.SSHClientConnection:
+        async with opening:
+            return await asyncssh.connect(env.host, env.port, **options)
+
+    started = time.monotonic()
+    conns = await asyncio.gather(*(connect() for _ in jobs))
+    connect_seconds = time.monotonic() - started
+    meter = Meter(env)
+    try:
+        meter.start()
+
+        async def poll(conn: asyncssh.SSHClientConnection, job_id: str) -> None:
+            for cycle in range(cycles):
+                out = await conn.run(f"squeue -h -j {job_id} -o %T", check=False)
+                if not str(out.stdout or "").strip():
+                    await conn.run(f"sacct -X -n -P -j {job_id} -o State", check=False)
+                if cycle < cycles - 1:
+                    await asyncio.sleep(interval)
+
+        await asyncio.gather(*(poll(c, j.job_id) for c, j in zip(conns, jobs, strict=True)))
+        window = meter.stop(cycles=cycles, my_ports={local_port(c) for c in conns}, held=len(conns), opened=len(conns))
+    finally:
+        for conn in conns:
+            conn.close()
+    return BaselineResult(n=len(jobs), window=window, connect_seconds=connect_seconds)
+
+
+async def measure(env: ClusterEnv, n: int, *, interval: float, baseline_max: int, baseline_cycles: int):
+    """Submit N jobs, watch them with N triggers, then (N <= baseline_max) poll them the baseline way."""
+    for name in ("airflow", "npa_airflow", "asyncssh"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    hook = CountingHook(CONN_ID)
+    run = BenchRun(hook, env.shared, f"mon{n}")
+    await run.prepare()
+    try:
+        started = time.monotonic()
+        sleeps = finisher_sleeps(n)
+        fillers = await run.submit_fillers(n - len(sleeps))
+        finishers = await run.submit_finishers(sleeps)
+        submit_seconds = time.monotonic() - started
+        jobs = [*finishers, *fillers]
+        ours = await run_ours(env, run, hook, jobs, interval, submit_seconds)
+        await asyncio.sleep(6)  # let the poller see no registrations and go idle before the baseline window
+        base = None
+        if n <= baseline_max:
+            base = await run_baseline(env, jobs, interval, baseline_cycles)
+        return ours, base
+    finally:
+        await run.cancel_all()
+        await run.remove_files()
+
+
+def summary_rows(ours: OursResult, base: BaselineResult | None) -> list[list[object]]:
+    rows = []
+    w = ours.window
+    rows.append(
+        [
+            ours.n,
+            "npa poller",
+            w.cycles,
+            w.connections_held,
+            w.connections_opened,
+            w.per_cycle(w.ssh_sessions),
+            ours.max_state_commands_per_cycle,
+            ours.max_ids_per_query,
+            w.per_cycle(w.ctld_total),
+            w.per_cycle(w.dbd_jobs),
+            _ms(w.per_cycle(w.cpu_seconds)),
+            w.foreign_sessions,
+        ]
+    )
+    if base is not None:
+        b = base.window
+        rows.append(
+            [
+                base.n,
+                "baseline (conn/trigger)",
+                b.cycles,
+                b.connections_held,
+                b.connections_opened,
+                b.per_cycle(b.ssh_sessions),
+                None,
+                1,
+                b.per_cycle(b.ctld_total),
+                b.per_cycle(b.dbd_jobs),
+                _ms(b.per_cycle(b.cpu_seconds)),
+                b.foreign_sessions,
+            ]
+        )
+    return rows
+
+
+SUMMARY_HEADERS = [
+    "N",
+    "watcher",
+    "cycles",
+    "SSH conns held",
+    "conns opened in window",
+    "SSH commands/cycle",
+    "max state cmds in a cycle",
+    "job ids per query",
+    "slurmctld RPCs/cycle",
+    "slurmdbd job queries/cycle",
+    "CPU ms/cycle",
+    "foreign SSH sessions in window",
+]
+
+
+def latency_row(ours: OursResult) -> list[object]:
+    return [
+        ours.n,
+        ours.interval,
+        len(ours.latencies),
+        p50(ours.latencies),
+        pmax(ours.latencies),
+        ours.interval + 2,
+        "yes" if ours.latencies and max(ours.latencies) <= ours.interval + 2 else "NO",
+    ]
+
+
+LATENCY_HEADERS = ["N", "poll interval s", "jobs ended", "p50 s", "max s", "target s", "within target"]
+
+
+def rpc_rows(ours: OursResult, base: BaselineResult | None) -> list[list[object]]:
+    rows = []
+    for label, window in (("npa poller", ours.window), ("baseline", base.window if base else None)):
+        if window is None:
+            continue
+        top = ", ".join(f"{k} {v}" for k, v in (window.slurmctld + window.slurmdbd).most_common(5))
+        rows.append([ours.n, label, window.cycles, top or "none"])
+    return rows
+
+
+RPC_HEADERS = ["N", "watcher", "cycles", "RPCs in window by type (slurmctld + slurmdbd, top 5)"]
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+async def run(env: ClusterEnv, ns: Sequence[int], interval: float, baseline_max: int, baseline_cycles: int) -> dict:
+    from benchmarks.report import table
+
+    summary, latency, rpcs, raw = [], [], [], {}
+    for n in ns:
+        print(f"... monitoring N={n}", file=sys.stderr, flush=True)
+        ours, base = await measure(
+            env, n, interval=interval, baseline_max=baseline_max, baseline_cycles=baseline_cycles
+        )
+        summary += summary_rows(ours, base)
+        latency.append(latency_row(ours))
+        rpcs += rpc_rows(ours, base)
+        raw[n] = {"ours": ours, "baseline": base}
+    print(
+        table(
+            "Monitoring cost per poll cycle",
+            SUMMARY_HEADERS,
+            summary,
+            f"Baseline run only up to N={baseline_max} ({baseline_cycles} cycles); interval {interval} s.",
+        )
+    )
+    print(table("Detection latency (job's last line -> trigger event)", LATENCY_HEADERS, latency))
+    print(table("RPCs by message type in the measured window", RPC_HEADERS, rpcs))
+    return raw

@@ -1,0 +1,201 @@
+"""N SlurmJobTriggers in one process make ONE state query per poll cycle, on the real cluster over real SSH.
+
+What reached the login host is counted twice, independently: sshd (LogLevel VERBOSE) logs every command session
+with the client's source port, and the pooled connection's port is known; a recording SlurmHook subclass says
+what each command carried. No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import uuid
+from collections import Counter
+
+import pytest
+
+from npa_airflow.common.handle import SlurmJobHandle
+from npa_airflow.slurm import hook as hook_module
+from npa_airflow.slurm.hook import SlurmHook
+from npa_airflow.slurm.poller import get_poller, reset_pollers
+from npa_airflow.slurm.triggers import SlurmJobTrigger
+
+pytestmark = pytest.mark.integration
+
+N_JOBS = 20
+CYCLES_BEFORE_CANCEL = 3
+_SESSION = re.compile(r"^Starting session: \S+ for \S+ from \S+ port (\d+) id \d+")
+_CONNECTION = re.compile(r"^Connection from \S+ port (\d+) on ")
+
+
+class RecordingHook(SlurmHook):
+    """SlurmHook that records (poll cycle, argv) of every command before it is sent."""
+
+    def __init__(self, conn_id: str) -> None:
+        super().__init__(conn_id)
+        self.sent: list[tuple[int, list[str] | str]] = []
+        self.cycle = lambda: 0
+
+    async def arun(self, argv, **kwargs):  # type: ignore[override]
+        self.sent.append((self.cycle(), argv if isinstance(argv, str) else list(argv)))
+        return await super().arun(argv, **kwargs)
+
+
+def _sshd_counts(log_path: str, mark: int, port: int) -> tuple[int, int]:
+    """(connections, command sessions) sshd logged for client port ``port`` since byte ``mark``."""
+    with open(log_path, "rb") as fh:
+        fh.seek(mark)
+        lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    sessions = sum(1 for line in lines if (m := _SESSION.match(line)) and int(m.group(1)) == port)
+    connections = sum(1 for line in lines if (m := _CONNECTION.match(line)) and int(m.group(1)) == port)
+    return connections, sessions
+
+
+def _ids_of(argv: list[str]) -> set[str]:
+    for i, arg in enumerate(argv):
+        if arg == "-j":
+            return set(argv[i + 1].split(","))
+        if arg.startswith("--jobs="):
+            return set(arg.split("=", 1)[1].split(","))
+    raise AssertionError(f"no job id list in {argv}")
+
+
+async def _submit_held(hook: SlurmHook, tag: str, count: int) -> list[str]:
+    line = f"sbatch --parsable --hold -p cpu -J {tag} -o /dev/null --wrap 'sleep 60'"
+    result = await hook.arun(["bash", "-c", f"set -e; for i in $(seq {count}); do {line}; done"], timeout=300)
+    return [row.split(";")[0] for row in result.text.split()]
+
+
+def _handle(job_id: str, tag: str, results: str) -> dict:
+    return SlurmJobHandle(
+        conn_id="slurm_default",
+        cluster=None,
+        job_id=job_id,
+        job_name=tag,
+        login_host="127.0.0.1",
+        results_dir=results,
+        stdout_path=f"{results}/{job_id}.out",
+        stderr_path=f"{results}/{job_id}.out",
+        try_number=1,
+    ).to_dict()
+
+
+async def test_n_triggers_make_one_state_query_per_cycle_on_the_cluster(slurm_cluster):
+    reset_pollers()
+    tag = f"npa-coalesce-{uuid.uuid4().hex[:8]}"
+    hook = RecordingHook("slurm_default")
+    job_ids = await _submit_held(hook, tag, N_JOBS)
+    assert len(job_ids) == N_JOBS
+    try:
+        poller = get_poller("slurm_default", lambda _: hook)
+        hook.cycle = lambda: poller.stats.cycles
+        conn = hook_module._pool().connections[(await hook.aconfig()).pool_key][0]
+        port = int(conn.get_extra_info("sockname")[1])
+        sshd_log = f"{slurm_cluster.dir}/log/sshd-{slurm_cluster.port}.log"
+        mark, sent0, connects0 = os.path.getsize(sshd_log), len(hook.sent), hook_module._pool().connects
+
+        events: dict[str, dict] = {}
+
+        async def wait(trigger: SlurmJobTrigger) -> None:
+            async for event in trigger.run():
+                events[trigger.job_id] = event.payload
+
+        results = f"{slurm_cluster.results_root}/{tag}"
+        triggers = [SlurmJobTrigger(_handle(j, tag, results), "slurm_default", poll_interval=2) for j in job_ids]
+        tasks = [asyncio.create_task(wait(t)) for t in triggers]
+        try:
+            for _ in range(600):  # liveness bound only (60 s), not a timing assertion
+                if poller.stats.cycles >= CYCLES_BEFORE_CANCEL:
+                    break
+                await asyncio.sleep(0.1)
+            assert poller.stats.cycles >= CYCLES_BEFORE_CANCEL, "the shared poller did not cycle"
+            assert not events, f"held jobs fired early: {events}"
+            await hook.arun(["scancel", "-n", tag])  # ends every job outside the triggers
+            await asyncio.wait_for(asyncio.gather(*tasks), 120)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        cycles = poller.stats.cycles
+
+        # every trigger got its event from the shared cycles
+        assert sorted(events) == sorted(job_ids)
+        assert {e["status"] for e in events.values()} == {"canceled"}
+
+        sent = hook.sent[sent0:]
+        state = [(cycle, argv) for cycle, argv in sent if isinstance(argv, list) and argv[0] in ("sacct", "squeue")]
+        sacct_per_cycle = Counter(cycle for cycle, argv in state if argv[0] == "sacct")
+        squeue_per_cycle = Counter(cycle for cycle, argv in state if argv[0] == "squeue")
+        # exactly one sacct per cycle for all jobs, at most one squeue fallback, and nothing else per job
+        assert sacct_per_cycle == Counter(range(1, cycles + 1)), (sacct_per_cycle, cycles)
+        assert all(n <= 1 for n in squeue_per_cycle.values()), squeue_per_cycle
+        for _, argv in state:
+            ids = _ids_of(argv)
+            if argv[0] == "sacct":
+                assert ids == set(job_ids), f"a state query did not carry every watched job: {argv}"
+            else:
+                assert ids <= set(job_ids)
+        # commands per cycle are bounded independently of N: state (1-2) + offsets load + scancel
+        assert len(sent) <= 2 * cycles + 2, [argv if isinstance(argv, list) else "<shell>" for _, argv in sent]
+
+        # the server saw exactly these commands, all on the one pooled connection, and no new connection
+        connections, sessions = _sshd_counts(sshd_log, mark, port)
+        assert connections == 0
+        assert hook_module._pool().connects == connects0
+        assert sessions == len(sent), (sessions, len(sent))
+    finally:
+        await hook.arun(["scancel", "-n", tag], check=False)
+        reset_pollers()
+
+
+async def test_two_clusters_get_one_poller_and_one_connection_each(slurm_cluster, monkeypatch):
+    """Triggers of two connections (here: the two login sshd of the local cluster) poll independently."""
+    conn = json.loads(slurm_cluster.conn_uri_json)
+    conn["port"] = slurm_cluster.port2
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_SECOND", json.dumps(conn))
+    reset_pollers()
+    tag = f"npa-coalesce2-{uuid.uuid4().hex[:8]}"
+    hooks = {cid: RecordingHook(cid) for cid in ("slurm_default", "slurm_second")}
+    job_ids = await _submit_held(hooks["slurm_default"], tag, 6)
+    try:
+        watched = {"slurm_default": job_ids[:3], "slurm_second": job_ids[3:]}
+        pollers = {cid: get_poller(cid, lambda _, h=hooks[cid]: h) for cid in hooks}
+        for cid, hook in hooks.items():
+            hook.cycle = lambda p=pollers[cid]: p.stats.cycles
+        events: dict[str, dict] = {}
+
+        async def wait(trigger: SlurmJobTrigger) -> None:
+            async for event in trigger.run():
+                events[trigger.job_id] = event.payload
+
+        results = f"{slurm_cluster.results_root}/{tag}"
+        tasks = []
+        for cid, ids in watched.items():
+            for j in ids:
+                handle = {**_handle(j, tag, results), "conn_id": cid}
+                tasks.append(asyncio.create_task(wait(SlurmJobTrigger(handle, cid, poll_interval=2))))
+        try:
+            for _ in range(600):
+                if all(p.stats.cycles >= 2 for p in pollers.values()):
+                    break
+                await asyncio.sleep(0.1)
+            await hooks["slurm_default"].arun(["scancel", "-n", tag])
+            await asyncio.wait_for(asyncio.gather(*tasks), 120)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        assert sorted(events) == sorted(job_ids)
+        assert {e["status"] for e in events.values()} == {"canceled"}
+        for cid, hook in hooks.items():
+            sacct = [(c, a) for c, a in hook.sent if isinstance(a, list) and a[0] == "sacct"]
+            assert Counter(c for c, _ in sacct) == Counter(range(1, pollers[cid].stats.cycles + 1))
+            assert all(_ids_of(a) == set(watched[cid]) for _, a in sacct), (cid, sacct)
+        ports = {key: entry[0].get_extra_info("peername")[1] for key, entry in hook_module._pool().connections.items()}
+        assert sorted(ports.values()) == sorted([slurm_cluster.port, slurm_cluster.port2])
+    finally:
+        await hooks["slurm_default"].arun(["scancel", "-n", tag], check=False)
+        reset_pollers()
