@@ -244,6 +244,64 @@ def test_program_failure_fails_once_without_retry_and_shows_the_tail(airflow_hom
     assert [j["state"] for j in jobs] == ["FAILED"]
 
 
+@pytest.mark.slow
+def test_infra_failure_is_retried_with_the_failed_node_excluded(airflow_home, tmp_path, cluster_ssh, cluster_admin):
+    """NODE_FAIL on try 1 (the node is set down under the job): try 2 runs with `--exclude=<node>`."""
+    import threading
+
+    dag_id = f"npa_itest_infra_{uuid.uuid4().hex[:6]}"
+    prefix = f"npa-{dag_id.replace('_', '-')}"
+    dag_file = write_dag(
+        tmp_path,
+        dag_id,
+        'command="sleep 15; echo finished", requeue=False',
+        default_args="{'retries': 1, 'retry_delay': timedelta(seconds=0)}",
+    )
+    failed: dict[str, str] = {}
+
+    def break_the_node_under_try_1() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not failed:
+            out = cluster_ssh("squeue -h -o '%i %j %T %N'").stdout
+            for line in out.splitlines():
+                job_id, name, state, nodes = [*line.split(), "", "", "", ""][:4]
+                if name.startswith(prefix) and name.endswith("-t1") and state == "RUNNING" and nodes:
+                    cluster_admin(f"scontrol update nodename={nodes} state=down reason=npa-itest-node-fail")
+                    failed.update(job_id=job_id, node=nodes)
+                    break
+            time.sleep(0.5)
+        if failed:  # give the node back as soon as the job is NODE_FAIL: only the exclusion keeps try 2 off it
+            try:
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and not any(
+                    j["state"] == "NODE_FAIL" for j in sacct_jobs(cluster_ssh, prefix)
+                ):
+                    time.sleep(0.5)
+            finally:
+                cluster_admin(f"scontrol update nodename={failed['node']} state=resume", check=False)
+
+    watcher = threading.Thread(target=break_the_node_under_try_1, daemon=True)
+    watcher.start()
+    try:
+        result, output = run_dag_test(airflow_home, dag_file, timeout=420)
+    finally:
+        watcher.join(timeout=120)
+        if failed:
+            cluster_admin(f"scontrol update nodename={failed['node']} state=resume", check=False)
+    assert failed, "try 1 never ran"
+    train = result["tasks"]["train"]
+    assert train["state"] == "success", output[-6000:]
+    assert train["try_number"] == 2
+    assert "infrastructure reason (job state NODE_FAIL" in output
+    handle = train["handle"]
+    assert handle["job_name"].endswith("-t2") and handle["retry_of"] == failed["job_id"]
+    script = cluster_ssh(f"cat {Path(handle['results_dir']).parent}/sbatch/{handle['job_name']}.sbatch", check=True)
+    assert f"#SBATCH --exclude={failed['node']}" in script.stdout
+    jobs = {j["name"][-3:]: j for j in accounted_jobs(cluster_ssh, prefix)}
+    assert jobs["-t1"]["state"] == "NODE_FAIL"
+    assert jobs["-t2"]["state"] == "COMPLETED" and jobs["-t2"]["nodes"] != failed["node"]
+
+
 # -- driven directly ----------------------------------------------------------------------------------
 
 
