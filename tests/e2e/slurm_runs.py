@@ -6,7 +6,7 @@ import re
 
 from tests.e2e.airflow_api import AirflowApi, poll
 
-DAG_ID = "npa_e2e_interim"
+DAG_ID = "npa_e2e_slurm"
 TASK_ID = "ticker"
 TICK = re.compile(r"^tick (\d+) of (\d+)$")
 
