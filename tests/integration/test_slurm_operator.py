@@ -422,3 +422,43 @@ def test_logs_stream_in_order_without_duplicates_across_a_trigger_restart(slurm_
     streamed = [x for x in before + after if x.startswith("line-")]
     assert streamed == [f"line-{i}" for i in range(1, 41)]
     assert any(x.startswith("line-") for x in after)
+
+
+def test_non_deferrable_waits_on_the_worker_through_the_same_poller(slurm_cluster, monkeypatch):
+    reset_pollers()
+    op = make_operator(command="echo worker-side-1; sleep 2; echo worker-side-2", deferrable=False)
+    logger, collected = collecting_logger("worker")
+    monkeypatch.setattr(type(op), "log", property(lambda self: logger))
+    ctx = Context(f"npa_itest_worker_{uuid.uuid4().hex[:6]}")
+    op.render_template_fields(ctx)
+    handle = op.execute(ctx)
+    assert handle == ctx["ti"].pushed["slurm_job"]
+    streamed = [x for x in collected.lines if x.startswith("worker-side-")]
+    assert streamed == ["worker-side-1", "worker-side-2"]
+
+
+def test_sensor_waits_for_a_job_submitted_elsewhere(slurm_cluster):
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from npa_airflow.slurm.sensors import SlurmJobSensor
+    from npa_airflow.slurm.triggers import SlurmJobTrigger
+
+    op = make_operator(command="sleep 3; echo sensed")
+    submitted = submit_deferred(op, Context(f"npa_itest_sensor_{uuid.uuid4().hex[:6]}"))
+    sensor = SlurmJobSensor(task_id="wait", job=json.dumps(submitted.handle), poke_interval=2, stream_logs=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(Context("sensor_dag"))
+    trigger = SlurmJobTrigger(**deferred.value.trigger.serialize()[1])
+    trigger._log, collected = collecting_logger("sensor")
+    reset_pollers()
+
+    async def wait() -> dict:
+        return (await asyncio.wait_for(anext(trigger.run()), 120)).payload
+
+    payload = asyncio.run(wait())
+    assert sensor.execute_complete(Context("sensor_dag"), payload) == submitted.handle
+    assert "sensed" in collected.lines
+
+    # a bare job id works too (state only)
+    bare = SlurmJobSensor(task_id="wait_id", job=submitted.handle["job_id"], deferrable=False)
+    assert bare.poke(Context("sensor_dag")) is True
