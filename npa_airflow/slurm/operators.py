@@ -594,6 +594,8 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         succeeded; a COMPLETED job without it fails the task. `None` trusts the Slurm state alone.
 
     The rendered script is the template field `sbatch_script` ("Rendered Template" in the UI).
+    `command` and the other text fields are Jinja templates: bash's `${#VAR}` opens a Jinja comment, so
+    write `{{ '${#VAR}' }}` (or avoid it).
     """
 
     template_fields: Sequence[str] = (

@@ -462,3 +462,30 @@ def test_sensor_waits_for_a_job_submitted_elsewhere(slurm_cluster):
     # a bare job id works too (state only)
     bare = SlurmJobSensor(task_id="wait_id", job=submitted.handle["job_id"], deferrable=False)
     assert bare.poke(Context("sensor_dag")) is True
+
+
+def test_session_secret_reaches_the_job_only_through_the_shredded_sidecar(slurm_cluster, cluster_ssh, monkeypatch):
+    secret = f"npa-itest-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("AIRFLOW_VAR_NPA_ITEST_TOKEN", secret)
+    reset_pollers()
+    op = make_operator(
+        command='echo "token length $(printf %s "$NPA_SESSION_TOKEN" | wc -c)"; echo "$NPA_SESSION_TOKEN" | sha256sum',
+        secret_env={"NPA_SESSION_TOKEN": "var:npa_itest_token"},
+        deferrable=False,
+    )
+    logger, collected = collecting_logger("secret")
+    monkeypatch.setattr(type(op), "log", property(lambda self: logger))
+    ctx = Context(f"npa_itest_secret_{uuid.uuid4().hex[:6]}")
+    op.render_template_fields(ctx)
+    handle = op.execute(ctx)
+
+    import hashlib
+
+    digest = hashlib.sha256(f"{secret}\n".encode()).hexdigest()
+    assert f"token length {len(secret)}" in collected.lines
+    assert any(line.startswith(digest) for line in collected.lines)  # the job saw exactly the secret
+    assert secret not in op.sbatch_script and secret not in json.dumps(handle)
+    assert not any(secret in line for line in collected.lines)
+    sidecar = f"{Path(handle['results_dir']).parent}/sidecars/{handle['job_name']}.env"
+    assert sidecar in op.sbatch_script
+    assert cluster_ssh(f"test -e {sidecar}").returncode == 1  # shredded when the job exited
