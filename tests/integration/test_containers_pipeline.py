@@ -179,7 +179,7 @@ def test_truncated_conversion_fails_and_no_gpu_job_is_submitted(
     result, output = run_dag(airflow_env, PIPELINE, {"image": image, "dataset": dataset, "convert_mem": convert_mem})
     states = {t: v["state"] for t, v in result["tasks"].items()}
     assert result["state"] == "failed"
-    assert states["convert"] == "failed"
+    assert states["convert"] == "failed", f"{states}\n{output[-8000:]}"
     assert states["probe"] == states["train"] == states["collect"] == "upstream_failed"
     assert "no image was published" in output
     assert "no GPU job may fall back to the registry image" in output
