@@ -58,6 +58,7 @@ def airflow(slurm_cluster) -> Iterator[AirflowInstance]:
         "NPA_AIRFLOW_HOME": os.environ.get("NPA_E2E_AIRFLOW_HOME", "/var/tmp/npa-airflow-e2e"),
         "NPA_AIRFLOW_PORT": os.environ.get("NPA_E2E_AIRFLOW_PORT", "28090"),
         "NPA_AIRFLOW_EXTRA_DAGS": str(E2E_DAGS),
+        "NPA_AIRFLOW_CLUSTER": "0",  # the slurm_cluster fixture has brought the cluster up already
         "NPA_AIRFLOW_USER": "admin",
         "NPA_AIRFLOW_PASSWORD": "e2e-admin",
         "AIRFLOW_VAR_NPA_E2E_TOKEN": E2E_SECRET,
