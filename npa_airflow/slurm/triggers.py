@@ -20,7 +20,7 @@ from npa_airflow.slurm.poller import PollUpdate, Registration, get_poller, offse
 
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
-ON_KILL_TIMEOUT = 20.0
+ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([triggerer] on_kill_timeout)
 
 EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline")
 
@@ -304,26 +304,31 @@ class SlurmJobTrigger(BaseTrigger):
     # -- user kill ---------------------------------------------------------------------------------------
 
     async def on_kill(self) -> None:
-        """Cancel the job when a user kills the deferred task (mark failed/success, clear)."""
+        """Cancel the job when a user kills the deferred task (mark failed/success, clear).
+
+        Idempotent and bounded (ON_KILL_TIMEOUT, inside the triggerer's own limit); logs, never raises.
+        Skipped when this trigger already fired, when the metadata DB says the task is still deferred
+        (the trigger was only moved to another triggerer), and when the job already ended.
+        """
         if self._fired or not self.cancel_on_kill:
             return
         try:
-            if await self._task_still_deferred():
-                self.log.info(
-                    "on_kill for Slurm job %s ignored: the task is still deferred (trigger moved)", self.job_id
-                )
-                return
-            hook = get_poller(self.conn_id).hook
-            infos = await asyncio.wait_for(hook.ajob_states([self.job_id]), ON_KILL_TIMEOUT)
-            info = infos.get(self.job_id)
-            if info is not None and info.state.is_terminal:
-                self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
-                return
-            self.log.info("Cancelling Slurm job %s (task killed by a user)", self.job_id)
-            await asyncio.wait_for(hook.acancel(self.job_id), ON_KILL_TIMEOUT)
-            self.log.info("Cancelled Slurm job %s", self.job_id)
-        except Exception as exc:
-            self.log.error("Could not cancel Slurm job %s: %s", self.job_id, exc)
+            await asyncio.wait_for(self._cancel_if_still_ours(), ON_KILL_TIMEOUT)
+        except Exception as exc:  # TimeoutError included
+            self.log.error("Could not cancel Slurm job %s: %s", self.job_id, exc or type(exc).__name__)
+
+    async def _cancel_if_still_ours(self) -> None:
+        if await self._task_still_deferred():
+            self.log.info("on_kill for Slurm job %s ignored: the task is still deferred (trigger moved)", self.job_id)
+            return
+        hook = get_poller(self.conn_id).hook
+        info = (await hook.ajob_states([self.job_id])).get(self.job_id)
+        if info is not None and info.state.is_terminal:
+            self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
+            return
+        self.log.info("Cancelling Slurm job %s (task killed by a user)", self.job_id)
+        await hook.acancel(self.job_id)
+        self.log.info("Cancelled Slurm job %s", self.job_id)
 
     async def _task_still_deferred(self) -> bool:
         """True only when the metadata DB confirms the task instance is still DEFERRED (a reassignment)."""

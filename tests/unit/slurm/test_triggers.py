@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -269,3 +270,30 @@ async def test_on_kill_logs_instead_of_raising(tmp_path, double, caplog):
     get_poller("slurm_test", lambda _: double)
     await make_trigger(handle_for(tmp_path), double).on_kill()
     assert any("Could not cancel Slurm job 42" in r.getMessage() for r in caplog.records)
+
+
+class SupervisorDouble:
+    """Test double for the triggerer's supervisor channel: answers GetTaskStates with a fixed state."""
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+        self.asked = []
+
+    async def asend(self, msg):
+        self.asked.append(msg)
+        return types.SimpleNamespace(task_states={msg.run_ids[0]: {msg.task_ids[0]: self.state}})
+
+
+@pytest.mark.parametrize(("ti_state", "cancelled"), [("deferred", False), ("failed", True), ("success", True)])
+async def test_on_kill_skips_a_trigger_that_was_only_moved(tmp_path, double, monkeypatch, ti_state, cancelled):
+    from airflow.sdk.execution_time import task_runner
+
+    supervisor = SupervisorDouble(ti_state)
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
+    double.states["42"] = JobState.RUNNING
+    get_poller("slurm_test", lambda _: double)
+    trigger = make_trigger(handle_for(tmp_path), double)
+    trigger._task_instance = types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1)
+    await trigger.on_kill()
+    assert supervisor.asked and supervisor.asked[0].task_ids == ["t"]
+    assert (double.states["42"] is JobState.CANCELED) is cancelled
