@@ -76,7 +76,19 @@ class BenchRun:
         paths = [f"{self.results_dir}/finisher-{n}.out" for n in range(len(sleeps))]
         lines = [
             shlex.join(
-                ["sbatch", "--parsable", "-p", "cpu", "-J", self.tag, "-o", path, "--wrap", f"sleep {s}; date +%s.%N"]
+                [
+                    "sbatch",
+                    "--parsable",
+                    "--no-requeue",
+                    "-p",
+                    "cpu",
+                    "-J",
+                    self.tag,
+                    "-o",
+                    path,
+                    "--wrap",
+                    f"sleep {s}; date +%s.%N",
+                ]
             )
             for s, path in zip(sleeps, paths, strict=True)
         ]

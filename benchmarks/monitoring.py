@@ -29,7 +29,7 @@ from benchmarks.report import p50, pmax
 from npa_airflow.slurm import hook as hook_module
 from npa_airflow.slurm.commands import TAIL_MARK
 from npa_airflow.slurm.hook import CommandResult, SlurmHook
-from npa_airflow.slurm.poller import get_poller
+from npa_airflow.slurm.poller import get_poller, reset_pollers
 from npa_airflow.slurm.triggers import SlurmJobTrigger
 
 MAX_FINISHERS = 8
@@ -92,6 +92,12 @@ class Window:
     foreign_sessions: int
     slurmctld: Counter[str] = field(default_factory=Counter)
     slurmdbd: Counter[str] = field(default_factory=Counter)
+    own_commands: Counter[str] = field(default_factory=Counter)  # state-query shapes this client sent
+    own_ctld: Counter[str] = field(default_factory=Counter)  # attributed with the calibrated per-command cost
+    own_dbd: Counter[str] = field(default_factory=Counter)
+
+    def attribute(self, costs: dict[str, tuple[Counter, Counter]]) -> None:
+        self.own_ctld, self.own_dbd = attribute(costs, self.own_commands)
 
     def per_cycle(self, value: float) -> float | None:
         return value / self.cycles if self.cycles else None
@@ -114,6 +120,7 @@ class OursResult:
     max_ids_per_query: int
     kinds: Counter[str]
     latencies: list[float]
+    disturbed: int
     interval: float
     submit_seconds: float
 
@@ -162,6 +169,63 @@ def _pool_ports() -> set[int]:
     return {local_port(conn) for conn, _ in hook_module._pool().connections.values() if not conn.is_closed()}
 
 
+CALIBRATION_REPS = 5
+
+
+async def calibrate(env: ClusterEnv, hook: SlurmHook, job_ids: Sequence[str]) -> dict[str, tuple[Counter, Counter]]:
+    """RPCs one command of each shape costs (slurmctld, slurmdbd), so a window's own share can be attributed.
+
+    Each shape runs CALIBRATION_REPS times back to back; the per-call cost of an RPC type is the floor of its
+    delta / reps, the lower of two rounds (other clients can only add RPCs, never remove them).
+    """
+    from npa_airflow.slurm.commands import build_sacct_states, build_squeue_states
+
+    one = job_ids[0]
+    shapes = {
+        "sacct": build_sacct_states(job_ids),
+        "squeue": build_squeue_states(job_ids),
+        "squeue -j ID": ["squeue", "-h", "-j", one, "-o", "%T"],
+        "sacct -j ID": ["sacct", "-X", "-n", "-P", "-j", one, "-o", "State"],
+    }
+    costs: dict[str, tuple[Counter, Counter]] = {}
+    for name, argv in shapes.items():
+        rounds = []
+        for _ in range(2):
+            before = rpc_snapshot(env)
+            for _ in range(CALIBRATION_REPS):
+                await SlurmHook.arun(hook, argv, check=False)
+            ctld, dbd = rpc_delta(before, rpc_snapshot(env))
+            rounds.append(
+                (
+                    Counter({k: v // CALIBRATION_REPS for k, v in ctld.items() if v >= CALIBRATION_REPS}),
+                    Counter({k: v // CALIBRATION_REPS for k, v in dbd.items() if v >= CALIBRATION_REPS}),
+                )
+            )
+        costs[name] = (rounds[0][0] & rounds[1][0], rounds[0][1] & rounds[1][1])
+    return costs
+
+
+def attribute(costs: dict[str, tuple[Counter, Counter]], commands: Counter[str]) -> tuple[Counter, Counter]:
+    ctld: Counter[str] = Counter()
+    dbd: Counter[str] = Counter()
+    for shape, count in commands.items():
+        if shape in costs:
+            for k, v in costs[shape][0].items():
+                ctld[k] += v * count
+            for k, v in costs[shape][1].items():
+                dbd[k] += v * count
+    return ctld, dbd
+
+
+def quiet_logs() -> None:
+    """Triggers log every job's state and output lines; keep the tables readable (warnings still show)."""
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    for name in ("airflow", "npa_airflow", "asyncssh"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def finisher_sleeps(n: int) -> list[float]:
     return [10 + 2.5 * i for i in range(min(n, MAX_FINISHERS))]
 
@@ -201,14 +265,18 @@ async def run_ours(
     await asyncio.gather(*tasks, return_exceptions=True)
 
     calls = hook.calls[calls0:]
+    window.own_commands = Counter(c.kind for c in calls if c.kind in ("sacct", "squeue"))
     by_cycle: dict[int, list[Call]] = {}
     for call in calls:
         by_cycle.setdefault(call.cycle, []).append(call)
     state_kinds = {"sacct", "squeue"}
-    latencies = []
+    latencies, disturbed = [], 0
     for job in finishers:
-        if job.job_id in fired:
-            latencies.append(fired[job.job_id] - _end_time(job.stdout_path))
+        end = _end_time(job.stdout_path)
+        if job.job_id in fired and end is not None:
+            latencies.append(fired[job.job_id] - end)
+        else:
+            disturbed += 1  # never ran to its last line (another client took its node down, say)
     return OursResult(
         n=len(jobs),
         window=window,
@@ -219,15 +287,19 @@ async def run_ours(
         max_ids_per_query=max((c.job_ids for c in calls if c.kind == "sacct"), default=0),
         kinds=Counter(c.kind for c in calls),
         latencies=latencies,
+        disturbed=disturbed,
         interval=interval,
         submit_seconds=submit_seconds,
     )
 
 
-def _end_time(stdout_path: str) -> float:
+def _end_time(stdout_path: str) -> float | None:
     """The job's last stdout line: the epoch time its work ended (shared storage is local here)."""
-    lines = Path(stdout_path).read_text().strip().splitlines()
-    return float(lines[-1])
+    try:
+        lines = Path(stdout_path).read_text().strip().splitlines()
+        return float(lines[-1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 async def run_baseline(env: ClusterEnv, jobs: Sequence[BenchJob], interval: float, cycles: int) -> BaselineResult:
@@ -249,19 +321,23 @@ async def run_baseline(env: ClusterEnv, jobs: Sequence[BenchJob], interval: floa
     conns = await asyncio.gather(*(connect() for _ in jobs))
     connect_seconds = time.monotonic() - started
     meter = Meter(env)
+    sent: Counter[str] = Counter()
     try:
         meter.start()
 
         async def poll(conn: asyncssh.SSHClientConnection, job_id: str) -> None:
             for cycle in range(cycles):
+                sent["squeue -j ID"] += 1
                 out = await conn.run(f"squeue -h -j {job_id} -o %T", check=False)
                 if not str(out.stdout or "").strip():
+                    sent["sacct -j ID"] += 1
                     await conn.run(f"sacct -X -n -P -j {job_id} -o State", check=False)
                 if cycle < cycles - 1:
                     await asyncio.sleep(interval)
 
         await asyncio.gather(*(poll(c, j.job_id) for c, j in zip(conns, jobs, strict=True)))
         window = meter.stop(cycles=cycles, my_ports={local_port(c) for c in conns}, held=len(conns), opened=len(conns))
+        window.own_commands = sent
     finally:
         for conn in conns:
             conn.close()
@@ -270,8 +346,8 @@ async def run_baseline(env: ClusterEnv, jobs: Sequence[BenchJob], interval: floa
 
 async def measure(env: ClusterEnv, n: int, *, interval: float, baseline_max: int, baseline_cycles: int):
     """Submit N jobs, watch them with N triggers, then (N <= baseline_max) poll them the baseline way."""
-    for name in ("airflow", "npa_airflow", "asyncssh"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_logs()
+    reset_pollers()  # a fresh poller on this loop, driven by this N's counting hook
     hook = CountingHook(CONN_ID)
     run = BenchRun(hook, env.shared, f"mon{n}")
     await run.prepare()
@@ -287,49 +363,39 @@ async def measure(env: ClusterEnv, n: int, *, interval: float, baseline_max: int
         base = None
         if n <= baseline_max:
             base = await run_baseline(env, jobs, interval, baseline_cycles)
-        return ours, base
+        costs = await calibrate(env, hook, [j.job_id for j in jobs])
+        ours.window.attribute(costs)
+        if base is not None:
+            base.window.attribute(costs)
+        return ours, base, costs
     finally:
         await run.cancel_all()
         await run.remove_files()
 
 
+def _window_row(n: int, label: str, w: Window, max_state: object, ids: object) -> list[object]:
+    return [
+        n,
+        label,
+        w.cycles,
+        w.connections_held,
+        w.connections_opened,
+        w.per_cycle(w.ssh_sessions),
+        max_state,
+        ids,
+        w.per_cycle(sum(w.own_ctld.values())),
+        w.per_cycle(sum(w.own_dbd.values())),
+        w.per_cycle(w.ctld_total),
+        w.per_cycle(sum(w.slurmdbd.values())),
+        _ms(w.per_cycle(w.cpu_seconds)),
+        w.foreign_sessions,
+    ]
+
+
 def summary_rows(ours: OursResult, base: BaselineResult | None) -> list[list[object]]:
-    rows = []
-    w = ours.window
-    rows.append(
-        [
-            ours.n,
-            "npa poller",
-            w.cycles,
-            w.connections_held,
-            w.connections_opened,
-            w.per_cycle(w.ssh_sessions),
-            ours.max_state_commands_per_cycle,
-            ours.max_ids_per_query,
-            w.per_cycle(w.ctld_total),
-            w.per_cycle(w.dbd_jobs),
-            _ms(w.per_cycle(w.cpu_seconds)),
-            w.foreign_sessions,
-        ]
-    )
+    rows = [_window_row(ours.n, "npa poller", ours.window, ours.max_state_commands_per_cycle, ours.max_ids_per_query)]
     if base is not None:
-        b = base.window
-        rows.append(
-            [
-                base.n,
-                "baseline (conn/trigger)",
-                b.cycles,
-                b.connections_held,
-                b.connections_opened,
-                b.per_cycle(b.ssh_sessions),
-                None,
-                1,
-                b.per_cycle(b.ctld_total),
-                b.per_cycle(b.dbd_jobs),
-                _ms(b.per_cycle(b.cpu_seconds)),
-                b.foreign_sessions,
-            ]
-        )
+        rows.append(_window_row(base.n, "baseline: conn per trigger", base.window, base.n, 1))
     return rows
 
 
@@ -342,8 +408,10 @@ SUMMARY_HEADERS = [
     "SSH commands/cycle",
     "max state cmds in a cycle",
     "job ids per query",
-    "slurmctld RPCs/cycle",
-    "slurmdbd job queries/cycle",
+    "slurmctld RPCs/cycle (own)",
+    "slurmdbd RPCs/cycle (own)",
+    "slurmctld RPCs/cycle (all clients)",
+    "slurmdbd RPCs/cycle (all clients)",
     "CPU ms/cycle",
     "foreign SSH sessions in window",
 ]
@@ -357,11 +425,21 @@ def latency_row(ours: OursResult) -> list[object]:
         p50(ours.latencies),
         pmax(ours.latencies),
         ours.interval + 2,
+        ours.disturbed,
         "yes" if ours.latencies and max(ours.latencies) <= ours.interval + 2 else "NO",
     ]
 
 
-LATENCY_HEADERS = ["N", "poll interval s", "jobs ended", "p50 s", "max s", "target s", "within target"]
+LATENCY_HEADERS = [
+    "N",
+    "poll interval s",
+    "jobs ended",
+    "p50 s",
+    "max s",
+    "target s",
+    "disturbed (excluded)",
+    "within target",
+]
 
 
 def rpc_rows(ours: OursResult, base: BaselineResult | None) -> list[list[object]]:
@@ -369,12 +447,21 @@ def rpc_rows(ours: OursResult, base: BaselineResult | None) -> list[list[object]
     for label, window in (("npa poller", ours.window), ("baseline", base.window if base else None)):
         if window is None:
             continue
-        top = ", ".join(f"{k} {v}" for k, v in (window.slurmctld + window.slurmdbd).most_common(5))
-        rows.append([ours.n, label, window.cycles, top or "none"])
+        own = ", ".join(f"{k} {v}" for k, v in sorted(window.own_commands.items()))
+        attributed = ", ".join(f"{k} {v}" for k, v in (window.own_ctld + window.own_dbd).most_common())
+        rows.append([ours.n, label, window.cycles, own or "none", attributed or "none"])
     return rows
 
 
-RPC_HEADERS = ["N", "watcher", "cycles", "RPCs in window by type (slurmctld + slurmdbd, top 5)"]
+RPC_HEADERS = ["N", "watcher", "cycles", "state commands sent in window", "their RPCs by type (calibrated)"]
+
+
+def cost_rows(costs: dict[str, tuple[Counter, Counter]]) -> list[list[object]]:
+    return [
+        [shape, ", ".join(f"{k} {v}" for k, v in sorted(ctld.items())) or "none",
+         ", ".join(f"{k} {v}" for k, v in sorted(dbd.items())) or "none"]
+        for shape, (ctld, dbd) in costs.items()
+    ]  # fmt: skip
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -385,23 +472,34 @@ async def run(env: ClusterEnv, ns: Sequence[int], interval: float, baseline_max:
     from benchmarks.report import table
 
     summary, latency, rpcs, raw = [], [], [], {}
+    costs: dict = {}
     for n in ns:
         print(f"... monitoring N={n}", file=sys.stderr, flush=True)
-        ours, base = await measure(
+        ours, base, costs = await measure(
             env, n, interval=interval, baseline_max=baseline_max, baseline_cycles=baseline_cycles
         )
         summary += summary_rows(ours, base)
         latency.append(latency_row(ours))
         rpcs += rpc_rows(ours, base)
-        raw[n] = {"ours": ours, "baseline": base}
+        raw[n] = {"ours": ours, "baseline": base, "costs": costs}
     print(
         table(
             "Monitoring cost per poll cycle",
             SUMMARY_HEADERS,
             summary,
-            f"Baseline run only up to N={baseline_max} ({baseline_cycles} cycles); interval {interval} s.",
+            f"Baseline run only up to N={baseline_max} ({baseline_cycles} cycles); interval {interval} s. "
+            "'own' RPCs = the commands this client sent x their calibrated per-command cost (table below); "
+            "'all clients' = sdiag / sacctmgr-stats deltas over the window, including everyone else on the "
+            "shared cluster (see the foreign SSH sessions column).",
         )
     )
     print(table("Detection latency (job's last line -> trigger event)", LATENCY_HEADERS, latency))
-    print(table("RPCs by message type in the measured window", RPC_HEADERS, rpcs))
+    print(table("State commands and their RPCs in the measured window", RPC_HEADERS, rpcs))
+    print(
+        table(
+            "Calibrated RPC cost of one command (last N's jobs)",
+            ["command", "slurmctld RPCs", "slurmdbd RPCs"],
+            cost_rows(costs),
+        )
+    )
     return raw
