@@ -265,3 +265,63 @@ def test_probe_hang_escalates_to_the_next_knob_set_and_caches_it(airflow_env, tm
     assert again["tasks"]["probe"]["xcom"]["return_value"] == {"NCCL_P2P_DISABLE": "1"}
     assert "probe skipped" in output
     assert jobs_named(cluster_ssh, "npa-npa-it-probe-escalation-probe-", since) == []
+
+
+CREDENTIALS_DAG = textwrap.dedent(
+    """
+    from airflow.sdk import DAG
+    from npa_airflow.slurm.containers import SlurmEnrootCredentialsOperator, SlurmSqshConvertOperator
+
+    with DAG(dag_id="npa_it_enroot_credentials", schedule=None, catchup=False) as dag:
+        creds = SlurmEnrootCredentialsOperator(task_id="credentials", registry_conn_id="npa_it_registry")
+        convert = SlurmSqshConvertOperator(
+            task_id="convert", image="{{ dag_run.conf['image'] }}", mem="{{ dag_run.conf['mem'] }}",
+            poll_interval=2, retries=0,
+        )
+        creds >> convert
+    """
+)
+
+
+def test_credentials_are_installed_without_leaking_and_unlock_a_private_image(
+    airflow_env, tmp_path, slurm_cluster, cluster_ssh, convert_mem
+):
+    # The Enroot stand-in refuses images under `private` unless the credentials file (mode 600) names the
+    # registry, failing like real Enroot does ("Could not process JSON input").
+    token = uuid.uuid4().hex[:10]
+    registry = f"reg-{token}.local"
+    secret = f"s3cret-{uuid.uuid4().hex}"
+    image = f"{registry}/private/model:1"
+    sqsh = f"{slurm_cluster.sqsh_dir}/{registry}+private+model+1.sqsh"
+    before = cluster_ssh(f"cd /tmp && enroot import -o /tmp/npa-it-{token}.sqsh docker://{registry}#private/model:1")
+    assert before.returncode != 0 and "Could not process JSON input" in before.stderr
+
+    env = {
+        **airflow_env,
+        "AIRFLOW_CONN_NPA_IT_REGISTRY": json.dumps(
+            {"conn_type": "generic", "host": registry, "login": "$oauthtoken", "password": secret}
+        ),
+    }
+    dag_file = tmp_path / "npa_it_enroot_credentials.py"
+    dag_file.write_text(CREDENTIALS_DAG)
+    try:
+        result, output = run_dag(env, dag_file, {"image": image, "mem": convert_mem})
+        assert result["state"] == "success", output[-8000:]
+        assert result["tasks"]["convert"]["xcom"]["return_value"] == sqsh
+        installed = result["tasks"]["credentials"]["xcom"]["return_value"]
+        assert installed["mode"] == "600" and installed["machines"] == [registry]
+        assert secret not in output  # task logs, trigger logs, the rendered scripts
+        assert secret not in json.dumps(result)  # XCom
+        creds = cluster_ssh(
+            "f=~/.config/enroot/.credentials; stat -c %a $f; "
+            f"grep -c 'machine {registry} login $oauthtoken password {secret}' $f",
+            check=True,
+        ).stdout.split()
+        assert creds == ["600", "1"]
+    finally:
+        marks = "'# >>> npa-airflow npa_it_registry >>>' '# <<< npa-airflow npa_it_registry <<<'"
+        cluster_ssh(
+            f"f=~/.config/enroot/.credentials; set -- {marks}; "
+            'awk -v b="$1" -v e="$2" \'$0==b{s=1;next} $0==e{s=0;next} !s\' "$f" > "$f.t" && '
+            'chmod 600 "$f.t" && mv "$f.t" "$f"; rm -f ' + sqsh
+        )
