@@ -59,6 +59,10 @@ _CONTROL_RE = re.compile(
 )
 
 
+_TREE_RE = re.compile(r"^\s*[├└│]──\s*")
+_TERMINAL_ONLY = ("(Ctrl-C to exit log streaming", "Waiting for 'sky.", "[?25h", "[?25l")
+
+
 class SkyPilotApiError(NpaError):
     """A SkyPilot API request failed. ``error_type`` is SkyPilot's exception class name."""
 
@@ -85,8 +89,12 @@ def strip_ansi(text: str) -> str:
 
 
 def clean_log_line(line: str) -> str | None:
-    """A job log line without ANSI codes and SkyPilot's spinner/payload control codes; None to drop it."""
+    """A job log line without ANSI codes, SkyPilot's spinner/payload control codes and its tree glyphs;
+    None for lines that only address an interactive terminal."""
     text = _CONTROL_RE.sub("", strip_ansi(line)).replace("\r", "").rstrip("\n")
+    if any(marker in text for marker in _TERMINAL_ONLY):
+        return None
+    text = _TREE_RE.sub("", text)
     return text if text.strip() else None
 
 

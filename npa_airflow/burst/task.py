@@ -50,14 +50,20 @@ def _bad(field_name: str, value: Any, why: str) -> NpaValidationError:
     return NpaValidationError(f"{field_name}={value!r}: {why}")
 
 
-def image_id(image: str) -> str:
-    """A plain image reference becomes ``docker:<image>``; an explicit ``docker:`` prefix is kept."""
+def image_id(image: str | None) -> str | None:
+    """A plain image reference becomes ``docker:<image>``; an explicit ``docker:`` prefix is kept.
+
+    ``None`` (given explicitly) runs on the nodes' own software, without a container: for Slurm sites
+    without Pyxis, and for the local test stack.
+    """
+    if image is None:
+        return None
     if not isinstance(image, str) or not _IMAGE_RE.fullmatch(image.strip()):
         raise _bad(
             "image",
             image,
             "give an image reference such as 'nvcr.io/nvidia/pytorch:25.01-py3' "
-            "(letters, digits and . _ / : @ + - only)",
+            "(letters, digits and . _ / : @ + - only), or None to run without a container",
         )
     image = image.strip()
     return image if image.startswith("docker:") else f"docker:{image}"
@@ -152,7 +158,7 @@ def validate_cluster_name(name: str, field_name: str = "cluster_name") -> str:
 class BurstSpec:
     """One gang-scheduled torchrun job: the seed's ``npa burst submit`` arguments, validated."""
 
-    image: str
+    image: str | None
     nodes: int
     gpu_per_node: str
     entrypoint: str
@@ -188,7 +194,9 @@ class BurstSpec:
 
 def build_task(spec: BurstSpec, run: str, secrets: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The SkyPilot task dict for ``spec`` with ``run`` as its command (the rendered launcher)."""
-    resources: dict[str, Any] = {"image_id": image_id(spec.image), "accelerators": spec.accelerators}
+    resources: dict[str, Any] = {"accelerators": spec.accelerators}
+    if spec.image is not None:
+        resources["image_id"] = image_id(spec.image)
     if spec.infra:
         resources["infra"] = spec.infra.strip()
     task: dict[str, Any] = {

@@ -244,3 +244,17 @@ def test_launch_is_not_resent_after_an_ambiguous_transport_error():
     with pytest.raises(NpaConnectionError, match="unreachable: ReadTimeout"):
         client.submit(sky.build_launch(client.identity, "x", "c"))
     assert len(calls) == 1
+
+
+def test_recorded_job_and_launch_logs_are_cleaned():
+    rec = sample("log_lines")
+    job = [line for line in map(sky.clean_log_line, rec["job_log"]) if line is not None]
+    assert job == [
+        "Waiting for task resources on 2 nodes.",
+        "(head, rank=0, pid=25447) rank=0 nodes=2 gpus=0 ips=127.0.0.1 127.0.0.1, host=vm",
+        "(head, rank=1, pid=25478) rank=1 nodes=2 gpus=0 ips=127.0.0.1 127.0.0.1, host=vm",
+        "✓ Job finished (status: SUCCEEDED).",
+    ]
+    launch = [line for line in map(sky.clean_log_line, rec["launch_log"]) if line is not None]
+    assert all("\x1b" not in line and "<sky-payload" not in line and "heartbeat" not in line for line in launch)
+    assert "Job submitted, ID: 1" in "\n".join(launch)

@@ -37,7 +37,7 @@ def test_plain_image_becomes_docker_and_explicit_prefix_is_kept():
     assert image_id("docker:ghcr.io/org/img:1") == "docker:ghcr.io/org/img:1"
 
 
-@pytest.mark.parametrize("image", ["", "a b", "img;rm -rf /", "$(id)", None])
+@pytest.mark.parametrize("image", ["", "a b", "img;rm -rf /", "$(id)", 42])
 def test_bad_image_is_rejected_naming_the_field(image):
     with pytest.raises(NpaValidationError, match="image="):
         spec(image=image)
@@ -181,3 +181,9 @@ def test_load_task_yaml_accepts_exactly_one_task(text, why):
 
 def test_name_header_before_the_task_is_tolerated():
     assert load_task_yaml("name: pipe\n---\nrun: a\n") == {"run": "a"}
+
+
+def test_image_none_runs_without_a_container():
+    task = build_task(spec(image=None), run="echo hi")
+    assert "image_id" not in task["resources"]
+    assert image_id(None) is None
