@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.enroot import DEFAULT_CONVERT_CPUS, DEFAULT_CONVERT_MEM, MIN_CONVERT_MINUTES
 from npa_airflow.slurm.operators import PreparedJob, SlurmJobOperatorBase
-from npa_airflow.slurm.probe import DEFAULT_SOCKET_IFNAME, DEFAULT_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -36,6 +34,13 @@ if TYPE_CHECKING:
     from npa_airflow.slurm.hook import SlurmHook
     from npa_airflow.slurm.images import ImageRef, SqshCheck
 
+# Defaults, kept literal so a DAG file does not import the builders (equal to enroot.DEFAULT_CONVERT_* and
+# probe.DEFAULT_*; a unit test holds them together). The conversion profile is the seed's.
+DEFAULT_CONVERT_CPUS = 4
+DEFAULT_CONVERT_MEM = "7200M"
+MIN_CONVERT_MINUTES = 120
+DEFAULT_SOCKET_IFNAME = "eth0"
+DEFAULT_TIMEOUT_SECONDS = 120
 QOS_CHECKS = 3  # looks at a freshly submitted conversion for a QOS memory block
 QOS_CHECK_INTERVAL = 2.0
 

@@ -155,3 +155,26 @@ def test_probe_rejects_bad_arguments_at_parse_time(kwargs: dict, fragment: str) 
 def test_credentials_operator_rejects_a_bad_connection_id() -> None:
     with pytest.raises(NpaValidationError, match="registry_conn_id"):
         SlurmEnrootCredentialsOperator(task_id="c", registry_conn_id="bad id")
+
+
+def test_operator_defaults_match_the_builders() -> None:
+    from npa_airflow.slurm import containers, enroot, probe
+
+    assert containers.DEFAULT_CONVERT_CPUS == enroot.DEFAULT_CONVERT_CPUS == 4
+    assert containers.DEFAULT_CONVERT_MEM == enroot.DEFAULT_CONVERT_MEM == "7200M"
+    assert containers.MIN_CONVERT_MINUTES == enroot.MIN_CONVERT_MINUTES == 120
+    assert containers.DEFAULT_SOCKET_IFNAME == probe.DEFAULT_SOCKET_IFNAME
+    assert containers.DEFAULT_TIMEOUT_SECONDS == probe.DEFAULT_TIMEOUT_SECONDS == 120
+
+
+def test_importing_the_operators_pulls_in_no_ssh_or_builders() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import npa_airflow.slurm.containers; "
+        "print(sorted(m for m in ('asyncssh', 'paramiko', 'npa_airflow.slurm.hook', 'npa_airflow.slurm.enroot', "
+        "'npa_airflow.slurm.probe', 'npa_airflow.slurm.images') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
