@@ -16,7 +16,6 @@ Heavy imports (asyncssh through the hook) happen inside methods: importing this 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -41,8 +40,6 @@ DEFAULT_CONVERT_MEM = "7200M"
 MIN_CONVERT_MINUTES = 120
 DEFAULT_SOCKET_IFNAME = "eth0"
 DEFAULT_TIMEOUT_SECONDS = 120
-QOS_CHECKS = 3  # looks at a freshly submitted conversion for a QOS memory block
-QOS_CHECK_INTERVAL = 2.0
 
 
 def _fail(message: str) -> Exception:
@@ -233,7 +230,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
     profile (4 CPUs, 7200M, no exclusive node, >= 120 min, node-local Enroot temp paths), importing to a
     temporary name, validating and renaming into place. The job is waited on like any other (deferrable).
     A failed or truncated conversion fails the task; nothing ever falls back to a registry image. A conversion
-    pending on a QOS memory limit is cancelled and reported with the remedy.
+    pending on a QOS memory limit (at any time while it waits) is cancelled and reported with the remedy.
     """
 
     template_fields: Sequence[str] = ("image", "target", "sqsh_cache_dir", "partition", "mem", "convert_script")
@@ -375,35 +372,31 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
         self.convert_script = job.script
 
     def _trigger(self, handle: SlurmJobHandle, deadline: float | None, log_offsets: dict | None = None) -> Any:
-        self.fail_if_blocked_by_qos(self.get_hook(), handle)
-        return super()._trigger(handle, deadline, log_offsets)
+        """The shared trigger, plus: a job held by a QOS memory limit ends the wait (see convert_trigger)."""
+        from npa_airflow.slurm.convert_trigger import SqshConvertTrigger
 
-    def fail_if_blocked_by_qos(self, hook: SlurmHook, handle: SlurmJobHandle) -> None:
-        """Right after submission: a job PENDING on a QOS memory limit is cancelled and reported (the seed's
-        advice: do not wait for the QOS to clear)."""
-        from npa_airflow.common.states import JobState
+        _, kwargs = super()._trigger(handle, deadline, log_offsets).serialize()
+        return SqshConvertTrigger(**kwargs)
+
+    def fail_blocked_by_qos(self, event: dict[str, Any]) -> None:
+        """The seed's rule for a conversion held by QOSGrpMemLimit: cancel it and say what to do, never wait."""
+        from npa_airflow.common.handle import SlurmJobHandle
         from npa_airflow.slurm.enroot import qos_memory_advice
 
+        handle = SlurmJobHandle.from_dict(event["handle"])
+        hook = self.get_hook()
         partition = self.partition or hook.config.cpu_partition or "?"
-        for attempt in range(QOS_CHECKS):
-            try:
-                info = hook.job_states([handle.job_id]).get(handle.job_id)
-            except Exception as exc:
-                self.log.warning("Could not read the state of conversion job %s: %s", handle.job_id, exc)
-                return
-            if info is not None and info.state is not JobState.PENDING:
-                return
-            advice = qos_memory_advice(handle.job_id, info.reason if info else None, partition, self.cpus, self.mem)
-            if advice:
-                self._cancel(hook, handle, f"pending on {info.reason if info else '?'}")
-                self._done = True
-                raise _fail(advice)
-            if attempt + 1 < QOS_CHECKS:
-                time.sleep(QOS_CHECK_INTERVAL)
+        reason = str(event.get("reason") or "QOSGrpMemLimit")
+        self._cancel(hook, handle, f"pending on {reason}")
+        self._done = True
+        advice = qos_memory_advice(handle.job_id, reason, partition, self.cpus, str(self.mem))
+        raise _fail(advice or f"conversion job {handle.job_id} is pending on {reason}; it was cancelled")
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         from airflow.sdk.exceptions import AirflowException
 
+        if isinstance(event, dict) and event.get("blocked_by_qos") and isinstance(event.get("handle"), dict):
+            self.fail_blocked_by_qos(event)
         try:
             super().execute_complete(context, event)
         except AirflowException as exc:

@@ -1,7 +1,8 @@
 """Operator logic of preflight, conversion and probe that needs no cluster.
 
-The QOS case uses a recording stand-in for the hook: the local cluster does not enforce QOS limits
-(AccountingStorageEnforce is off), so a job pending on QOSGrpMemLimit cannot be produced there.
+The QOS cases feed poll results to the real trigger loop and use a recording stand-in for the hook: the local
+cluster does not enforce QOS limits (AccountingStorageEnforce is off), so a job pending on QOSGrpMemLimit
+cannot be produced there.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from npa_airflow.slurm.containers import (
     SlurmPreflightOperator,
     SlurmSqshConvertOperator,
 )
+from npa_airflow.slurm.convert_trigger import SqshConvertTrigger
+from npa_airflow.slurm.poller import PollUpdate, Registration
 
 CFG = SlurmConnectionConfig(
     conn_id="slurm_default",
@@ -38,14 +41,9 @@ CFG = SlurmConnectionConfig(
 class RecordingHook:
     """Stands in for SlurmHook where the cluster cannot produce the state under test."""
 
-    def __init__(self, infos: list[SlurmJobInfo | None]) -> None:
+    def __init__(self) -> None:
         self.config = CFG
-        self.infos = infos
         self.cancelled: list[str] = []
-
-    def job_states(self, ids):
-        info = self.infos.pop(0) if self.infos else None
-        return {ids[0]: info} if info else {}
 
     def cancel(self, job_id: str) -> None:
         self.cancelled.append(job_id)
@@ -71,28 +69,70 @@ def _handle() -> SlurmJobHandle:
     )
 
 
-def test_conversion_pending_on_qos_memory_is_cancelled_with_the_seeds_advice(monkeypatch) -> None:
-    monkeypatch.setattr("npa_airflow.slurm.containers.QOS_CHECK_INTERVAL", 0.0)
+def _trigger() -> SqshConvertTrigger:
+    return SqshConvertTrigger(handle=_handle().to_dict(), conn_id="slurm_default", poll_interval=2.0)
+
+
+async def _first_event(trigger: SqshConvertTrigger, updates: list[PollUpdate], monkeypatch) -> dict:
+    """Run the real trigger loop on a registration fed with these poll results."""
+    reg = Registration(job_id="42", cursors=[], offsets_file=None, interval=2.0, submitted_at=1.0)
+    for update in updates:
+        reg.queue.put_nowait(update)
+    poller = SimpleNamespace(register=lambda *a, **k: reg, unregister=lambda r: None)
+    monkeypatch.setattr("npa_airflow.slurm.triggers.get_poller", lambda conn_id: poller)
+    gen = trigger.run()
+    try:
+        event = await anext(gen)
+    finally:
+        await gen.aclose()
+    return event.payload
+
+
+async def test_convert_trigger_ends_the_wait_on_a_qos_memory_block(monkeypatch) -> None:
+    updates = [
+        PollUpdate(cycle=1, state=JobState.PENDING, info=_info(JobState.PENDING, "PENDING", "Priority")),
+        PollUpdate(cycle=2, state=JobState.PENDING, info=_info(JobState.PENDING, "PENDING", "QOSGrpMemLimit")),
+    ]
+    payload = await _first_event(_trigger(), updates, monkeypatch)
+    assert payload["blocked_by_qos"] is True
+    assert payload["reason"] == "QOSGrpMemLimit"
+    assert payload["message"] == "Slurm job 42 is PENDING on QOSGrpMemLimit"
+    _, kwargs = _trigger().serialize()
+    assert _trigger().serialize()[0] == "npa_airflow.slurm.convert_trigger.SqshConvertTrigger"
+    assert SqshConvertTrigger(**kwargs).serialize() == _trigger().serialize()
+
+
+async def test_convert_trigger_waits_through_other_pending_reasons(monkeypatch) -> None:
+    done = SlurmJobInfo("42", "COMPLETED", JobState.COMPLETE, 0, 0, "npa-x-0123456789-t1", "c1", None, "sacct")
+    updates = [
+        PollUpdate(cycle=1, state=JobState.PENDING, info=_info(JobState.PENDING, "PENDING", "Resources")),
+        PollUpdate(cycle=2, state=JobState.RUNNING, info=_info(JobState.RUNNING, "RUNNING", None)),
+        PollUpdate(cycle=3, state=JobState.COMPLETE, info=done),
+    ]
+    payload = await _first_event(_trigger(), updates, monkeypatch)
+    assert payload["status"] == "success"
+    assert "blocked_by_qos" not in payload
+
+
+def test_blocked_conversion_is_cancelled_with_the_seeds_advice(monkeypatch) -> None:
     op = SlurmSqshConvertOperator(task_id="convert", image="nvcr.io/nvidia/pytorch:24.01-py3")
-    hook = RecordingHook(
-        [_info(JobState.PENDING, "PENDING", "Priority"), _info(JobState.PENDING, "PENDING", "QOSGrpMemLimit")]
-    )
+    hook = RecordingHook()
+    monkeypatch.setattr(op, "get_hook", lambda: hook)
+    event = {
+        "status": "deadline",
+        "job_id": "42",
+        "handle": _handle().to_dict(),
+        "message": "Slurm job 42 is PENDING on QOSGrpMemLimit",
+        "blocked_by_qos": True,
+        "reason": "QOSGrpMemLimit",
+    }
     with pytest.raises(AirflowFailException) as err:
-        op.fail_if_blocked_by_qos(hook, _handle())
+        op.execute_complete({}, event)
     assert hook.cancelled == ["42"]
     message = str(err.value)
     assert "PENDING on QOSGrpMemLimit" in message
     assert "-p cpu_long -c4 --mem=7200M" in message
     assert "Do not wait for the QOS" in message
-
-
-def test_conversion_that_runs_is_left_alone(monkeypatch) -> None:
-    monkeypatch.setattr("npa_airflow.slurm.containers.QOS_CHECK_INTERVAL", 0.0)
-    op = SlurmSqshConvertOperator(task_id="convert", image="nvcr.io/nvidia/pytorch:24.01-py3")
-    hook = RecordingHook([_info(JobState.PENDING, "PENDING", "Resources"), _info(JobState.RUNNING, "RUNNING", None)])
-    op.fail_if_blocked_by_qos(hook, _handle())
-    assert hook.cancelled == []
-    assert hook.infos == []
 
 
 def test_convert_target_paths() -> None:
