@@ -365,3 +365,26 @@ def test_sensor_defers_with_a_trigger_that_never_cancels_someone_elses_job():
     assert sensor.execute_complete(context(), make_event_payload("success", handle_dict(), "ok")) == handle_dict()
     with pytest.raises(AirflowFailException, match="ended FAILED"):
         sensor.execute_complete(context(), make_event_payload("failed", handle_dict(), "Slurm job 101 ended FAILED"))
+
+
+# -- SlurmJobLink -------------------------------------------------------------------------------------
+
+
+def test_job_link_formats_the_site_template_or_points_at_the_xcom_tab(monkeypatch):
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+    from npa_airflow.common import links
+
+    handle = {**handle_dict(), "job_name": "npa-a&b-t1"}
+    assert (
+        links.format_job_url("https://ood.example/activejobs?jobid={job_id}&name={job_name}", handle)
+        == "https://ood.example/activejobs?jobid=101&name=npa-a%26b-t1"
+    )
+    key = TaskInstanceKey(dag_id="d", task_id="t", run_id="manual__1", try_number=1, map_index=3)
+    monkeypatch.setattr(links.XCom, "get_value", staticmethod(lambda key, ti_key: handle))
+    monkeypatch.setattr(links, "_job_url_template", lambda conn_id: None)
+    assert links.SlurmJobLink().get_link(None, ti_key=key).endswith("/dags/d/runs/manual__1/tasks/t/mapped/3/xcom")
+    monkeypatch.setattr(links, "_job_url_template", lambda conn_id: "https://site/job/{job_id}")
+    assert links.SlurmJobLink().get_link(None, ti_key=key) == "https://site/job/101"
+    monkeypatch.setattr(links.XCom, "get_value", staticmethod(lambda key, ti_key: None))
+    assert links.SlurmJobLink().get_link(None, ti_key=key) == ""  # nothing submitted yet
