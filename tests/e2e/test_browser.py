@@ -46,16 +46,20 @@ def page():
             browser.close()
 
 
-def test_watch_the_live_log_and_mark_failed_in_the_browser(api, airflow, page, wait_sacct, tmp_path):
-    run_id, ti, job_id = start_job(api, seconds=120)
-    seen = ticks(wait_for_ticks(api, run_id, ti["try_number"], at_least=3))
-
-    # Log in through the simple auth manager's form, as a person would.
+def log_in(page, api) -> None:
+    """Through the simple auth manager's login form, as a person would."""
     page.goto(f"{api.base_url}/")
     page.locator("input[name=username]").fill(api.username)
     page.locator("input[name=password]").fill(api.password)
     page.locator("button[type=submit]").click()
     page.wait_for_url(f"{api.base_url}/", timeout=30_000)
+
+
+def test_watch_the_live_log_and_mark_failed_in_the_browser(api, airflow, page, wait_sacct, tmp_path):
+    run_id, ti, job_id = start_job(api, seconds=120)
+    seen = ticks(wait_for_ticks(api, run_id, ti["try_number"], at_least=3))
+
+    log_in(page, api)
 
     # The running task's page opens on its log; the job's lines are there, and new ones keep arriving
     # while the page stays open (a line the job had not printed yet when the page loaded).
@@ -79,3 +83,18 @@ def test_watch_the_live_log_and_mark_failed_in_the_browser(api, airflow, page, w
 
     api.wait_for_state(DAG_ID, run_id, TASK_ID, {"failed"}, timeout=30)
     wait_sacct(job_id, ("CANCELLED",), timeout=30)
+
+
+def test_slurm_connection_form_shows_labelled_fields(api, page):
+    log_in(page, api)
+    page.goto(f"{api.base_url}/connections")
+    page.get_by_role("button", name="Add Connection").click()
+    dialog = page.get_by_role("dialog")
+    dialog.locator("input[aria-autocomplete=list]").fill("Slurm")
+    page.keyboard.press("Enter")
+    dialog.get_by_text("Slurm (SSH login host)", exact=True).wait_for()
+    dialog.get_by_text("Login host(s), comma-separated for failover", exact=True).wait_for()
+    dialog.get_by_role("button", name="Extra Fields", exact=True).click()
+    labels = ("Private key file", "known_hosts", "Default GPU partition", "Results root (shared storage)")
+    for label in (*labels, "CPU partition for image conversion", ".sqsh cache directory", "Job page URL template"):
+        dialog.get_by_text(label, exact=True).wait_for()
