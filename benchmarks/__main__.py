@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-max", type=int, default=200, help="largest N the baseline is run at")
     parser.add_argument("--baseline-cycles", type=int, default=3)
     parser.add_argument("--log-mb", type=int, default=50, help="size of the big log job's output, MB")
-    parser.add_argument("--reps", type=int, default=5, help="repetitions for submit and import timings")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions of the submit timings")
+    parser.add_argument("--import-reps", type=int, default=3, help="fresh interpreters per import figure")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, 10 MB log job")
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args(argv)
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown part(s) {unknown}; choose from {PARTS}")
     if args.quick:
-        args.reps, args.log_mb = 3, min(args.log_mb, 10)
+        args.reps, args.import_reps, args.log_mb = 3, 2, min(args.log_mb, 10)
 
     needs_cluster = any(p != "imports" for p in parts)
     env = ClusterEnv.load() if needs_cluster else None
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         elif part == "imports":
             from benchmarks import imports
 
-            raw[part] = imports.run(args.reps)
+            raw[part] = imports.run(args.import_reps)
         sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as fh:

@@ -373,13 +373,14 @@ async def measure(env: ClusterEnv, n: int, *, interval: float, baseline_max: int
         await run.remove_files()
 
 
-def _window_row(n: int, label: str, w: Window, max_state: object, ids: object) -> list[object]:
+def _window_row(n: int, label: str, w: Window, max_state: object, ids: object, setup: object) -> list[object]:
     return [
         n,
         label,
         w.cycles,
         w.connections_held,
         w.connections_opened,
+        setup,
         w.per_cycle(w.ssh_sessions),
         max_state,
         ids,
@@ -393,9 +394,11 @@ def _window_row(n: int, label: str, w: Window, max_state: object, ids: object) -
 
 
 def summary_rows(ours: OursResult, base: BaselineResult | None) -> list[list[object]]:
-    rows = [_window_row(ours.n, "npa poller", ours.window, ours.max_state_commands_per_cycle, ours.max_ids_per_query)]
+    rows = [
+        _window_row(ours.n, "npa poller", ours.window, ours.max_state_commands_per_cycle, ours.max_ids_per_query, None)
+    ]
     if base is not None:
-        rows.append(_window_row(base.n, "baseline: conn per trigger", base.window, base.n, 1))
+        rows.append(_window_row(base.n, "baseline: conn per trigger", base.window, base.n, 1, base.connect_seconds))
     return rows
 
 
@@ -404,7 +407,8 @@ SUMMARY_HEADERS = [
     "watcher",
     "cycles",
     "SSH conns held",
-    "conns opened in window",
+    "SSH conns opened",
+    "conn setup s",
     "SSH commands/cycle",
     "max state cmds in a cycle",
     "job ids per query",
