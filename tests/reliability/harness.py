@@ -1,0 +1,130 @@
+"""Helpers for the fault tests: drive operators and triggers directly with a task-instance context, read the
+cluster's own accounting, and record the figures (injections, jobs, losses) each test measured."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import types
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIGURES = Path(os.environ.get("NPA_RELIABILITY_FIGURES", REPO / ".artifacts" / "reliability-figures.json"))
+
+
+def record_figures(fault: str, **figures: Any) -> None:
+    """Append one fault's measured figures to the figures file (read when updating docs/reliability.md)."""
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
+    data[fault] = {**figures, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    FIGURES.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def unique_dag(prefix: str) -> str:
+    return f"npa_rel_{prefix}_{uuid.uuid4().hex[:6]}"
+
+
+def context(dag_id: str, try_number: int = 1, run_id: str | None = None, task_id: str = "train") -> dict:
+    pushed: dict[str, Any] = {}
+    ti = types.SimpleNamespace(
+        dag_id=dag_id,
+        task_id=task_id,
+        run_id=run_id or f"manual__{uuid.uuid4().hex[:8]}",
+        map_index=-1,
+        try_number=try_number,
+        pushed=pushed,
+    )
+    ti.xcom_push = lambda key, value: pushed.__setitem__(key, value)
+    return {"ti": ti}
+
+
+def make_operator(**kwargs: Any) -> Any:
+    from npa_airflow.slurm.operators import SlurmSubmitOperator
+
+    defaults: dict[str, Any] = dict(
+        task_id="train", partition="cpu", gpus_per_node=0, cpus_per_task=1, time_hours=0.1, poll_interval=2
+    )
+    defaults.update(kwargs)
+    return SlurmSubmitOperator(**defaults)
+
+
+def submit_deferred(op: Any, ctx: dict) -> Any:
+    """Run execute() up to its deferral; return the trigger it deferred with."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    op.render_template_fields(ctx)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    return deferred.value.trigger
+
+
+class LineCollector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def collecting_logger(name: str) -> tuple[logging.Logger, LineCollector]:
+    logger = logging.getLogger(f"npa.reliability.{name}.{uuid.uuid4().hex[:6]}")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    handler = LineCollector()
+    logger.addHandler(handler)
+    return logger, handler
+
+
+def sacct_jobs(cluster_ssh: Callable[..., Any], name_prefix: str) -> list[dict[str, str]]:
+    """Every job (allocations only) of the last two hours whose name starts with ``name_prefix``."""
+    out = cluster_ssh(
+        "sacct -X -n --parsable2 --starttime=now-2hours -o JobID,JobName,State,NodeList", check=True
+    ).stdout
+    jobs = []
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) == 4 and parts[1].startswith(name_prefix):
+            jobs.append({"id": parts[0], "name": parts[1], "state": parts[2].split()[0], "nodes": parts[3]})
+    return jobs
+
+
+def squeue_jobs(cluster_ssh: Callable[..., Any], name_prefix: str) -> list[dict[str, str]]:
+    out = cluster_ssh("squeue -h -t all -o '%i|%j|%T'", check=True).stdout
+    return [
+        {"id": p[0], "name": p[1], "state": p[2]}
+        for p in (line.split("|") for line in out.splitlines())
+        if len(p) == 3 and p[1].startswith(name_prefix)
+    ]
+
+
+def jobs_settled(cluster_ssh: Callable[..., Any], name_prefix: str, expected: int, timeout: float = 45) -> list:
+    """Jobs by name from squeue and sacct merged by id, once accounting has caught up (or the timeout)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        merged = {j["id"]: j for j in sacct_jobs(cluster_ssh, name_prefix)}
+        merged.update({j["id"]: j for j in squeue_jobs(cluster_ssh, name_prefix)})
+        if len(merged) >= expected or time.monotonic() > deadline:
+            time.sleep(2)  # a late duplicate would show up by now
+            merged.update({j["id"]: j for j in sacct_jobs(cluster_ssh, name_prefix)})
+            merged.update({j["id"]: j for j in squeue_jobs(cluster_ssh, name_prefix)})
+            return sorted(merged.values(), key=lambda j: j["id"])
+        time.sleep(1)
+
+
+async def run_trigger(trigger: Any, logger: logging.Logger, timeout: float) -> Any:
+    """Run a trigger until its first event, with ``logger`` as its task log."""
+    trigger._log = logger
+    gen = trigger.run()
+    try:
+        return await asyncio.wait_for(anext(gen), timeout)
+    finally:
+        await gen.aclose()
