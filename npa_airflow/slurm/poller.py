@@ -13,6 +13,7 @@ per trigger run) gets a fresh one each time. The poll loop stops by itself when 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import random
@@ -222,7 +223,11 @@ class SlurmPoller:
 
     def _ensure_running(self) -> None:
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"npa-slurm-poller[{self.conn_id}]")
+            # A fresh context: the loop must not inherit the first trigger's log context (task log routing).
+            loop = asyncio.get_running_loop()
+            self._task = contextvars.Context().run(
+                loop.create_task, self._run(), name=f"npa-slurm-poller[{self.conn_id}]"
+            )
 
     async def flush_offsets(self, reg: Registration, timeout: float = 10.0) -> None:
         """Persist `reg`'s committed offsets now (graceful trigger exit); best effort, bounded."""
