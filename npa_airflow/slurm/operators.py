@@ -280,6 +280,13 @@ class SlurmJobOperatorBase(BaseOperator):
             )
             old = self.prepare_job(context, keep.job_name or job.job_name, ())
             return self._handle_for(hook, old, keep.job_id, retry_of=None)
+        if live and job.required_paths:  # never cancel a running job for a submission that cannot happen
+            missing = [p for p, ok in hook.paths_exist(list(job.required_paths)).items() if not ok]
+            if missing:
+                raise NpaValidationError(
+                    f"required inputs do not exist on the cluster: {', '.join(missing)}; the earlier try's job "
+                    f"{live[-1].job_id} was left running. Stage the data on shared storage first."
+                )
         for j in live:
             self.log.info(
                 "Cancelling Slurm job %s (%s) of an earlier try (on_previous_try='cancel')", j.job_id, j.job_name

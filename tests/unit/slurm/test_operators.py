@@ -388,3 +388,13 @@ def test_job_link_formats_the_site_template_or_points_at_the_xcom_tab(monkeypatc
     assert links.SlurmJobLink().get_link(None, ti_key=key) == "https://site/job/101"
     monkeypatch.setattr(links.XCom, "get_value", staticmethod(lambda key, ti_key: None))
     assert links.SlurmJobLink().get_link(None, ti_key=key) == ""  # nothing submitted yet
+
+
+def test_cancel_option_never_cancels_for_a_submission_with_missing_inputs():
+    hook = HookDouble(existing=[job("41", name(1), JobState.RUNNING)])
+    hook.paths_exist = lambda paths: {p: False for p in paths}
+    op = make_op(hook, on_previous_try="cancel", inputs=["lustre:///data/missing"])
+    op.render_template_fields(context(try_number=2))
+    with pytest.raises(NpaValidationError, match="/data/missing; the earlier try's job 41 was left running"):
+        op.execute(context(try_number=2))
+    assert not [c for c in hook.calls if c[0] in ("cancel", "submit")]
