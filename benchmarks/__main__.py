@@ -75,13 +75,20 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(raw, fh, indent=1, default=_jsonable)
+            json.dump(_clean(raw), fh, indent=1)
     return 0
 
 
-def _jsonable(value: object) -> object:
+def _clean(value: object) -> object:
+    """JSON-safe copy: dataclasses as dicts, keys as strings, anything else unknown as its str()."""
     if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
+        value = asdict(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_clean(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
     return str(value)
 
 
