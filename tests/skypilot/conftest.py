@@ -83,3 +83,40 @@ print("NPA-STATES " + json.dumps(states))
     lines = [line for line in result.stdout.splitlines() if line.startswith("NPA-STATES ")]
     assert lines, f"dag.test() of {dag_id} printed no states (rc {result.returncode}):\n{output[-6000:]}"
     return {"states": json.loads(lines[-1].removeprefix("NPA-STATES ")), "log": output}
+
+
+SLURM_INFRA = "slurm/npa-local"
+
+
+@pytest.fixture(scope="session")
+def skypilot_slurm(skypilot_server, slurm_cluster) -> str:
+    """SkyPilot's Slurm infra on the local cluster (test set-up: dev/skypilot slurm), enabled on the server."""
+    from npa_airflow.burst import client as sky
+
+    subprocess.run([str(SKY_SCRIPT), "slurm"], check=True, capture_output=True, timeout=600)
+    with sky.SkyPilotClient(skypilot_server) as client:
+        check = sky.ApiRequest("POST", "/check", body=client.identity.body(clouds=["slurm"], verbose=False))
+        enabled = client.call(check, timeout=300)
+    assert "Slurm" in json.dumps(enabled), f"SkyPilot did not enable the local Slurm cluster: {enabled}"
+    os.environ["SLURM_CONF"] = slurm_cluster.slurm_conf
+    return SLURM_INFRA
+
+
+def slurm_jobs_named(prefix: str) -> list[str]:
+    """Live Slurm jobs (any user) whose name starts with ``prefix``."""
+    out = subprocess.run(
+        ["squeue", "-h", "-a", "-o", "%i %j %T"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    return [line for line in out.splitlines() if line.split()[1].startswith(prefix)]
+
+
+def wait_no_slurm_jobs(prefix: str, timeout: float = 120) -> list[str]:
+    """Wait until no Slurm job named ``prefix...`` is left (COMPLETING ones take a few seconds to go)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        left = slurm_jobs_named(prefix)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(2)

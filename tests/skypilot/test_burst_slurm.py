@@ -1,0 +1,110 @@
+"""End to end on SkyPilot's Slurm infra on the local cluster: a real 2-node launch, a real cancel.
+
+Needs the local Slurm cluster (dev/cluster) and the SkyPilot API server with `dev/skypilot slurm`. The
+first launch on a fresh machine installs SkyPilot's runtime on the cluster from PyPI (a minute or two).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+import pytest
+
+from npa_airflow.burst import client as sky
+from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.burst.launcher import render_launcher
+from npa_airflow.burst.task import BurstSpec, build_task, dag_yaml
+from npa_airflow.burst.triggers import BurstJobTrigger
+from tests.skypilot.conftest import run_dag_test, wait_no_slurm_jobs
+
+pytestmark = pytest.mark.slow
+
+DAGS = Path(__file__).resolve().parent / "dags"
+
+
+def clusters(endpoint: str) -> dict:
+    with sky.SkyPilotClient(endpoint) as client:
+        return sky.parse_clusters(client.call(sky.build_status(client.identity)))
+
+
+def test_two_node_torchrun_all_reduce_through_airflow(skypilot_server, skypilot_slurm, airflow_home):
+    out = run_dag_test(airflow_home, DAGS / "burst_local_slurm.py", "npa_burst_slurm_allreduce", timeout=1200)
+    log = out["log"]
+    assert out["states"] == {"allreduce": "success"}, log[-8000:]
+    assert "NCCL_PROBE_OK world_size=2 backend=gloo result=3" in log
+    assert "npa-burst: node 0/2, master" in log and "npa-burst: node 1/2, master" in log
+    assert "\x1b[" not in log
+    assert "Cluster npa-e2e-allreduce torn down" in log
+    assert "npa-e2e-allreduce" not in clusters(skypilot_server)
+    assert wait_no_slurm_jobs("npa-e2e-allreduce") == []
+
+
+async def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+async def test_kill_cancels_and_tears_down_but_a_triggerer_restart_does_not(skypilot_server, skypilot_slurm):
+    cluster = "npa-e2e-cancel"
+    spec = BurstSpec(
+        image=None,
+        nodes=2,
+        gpu_per_node="GPU:1",
+        entrypoint="python3 -c 'import time; time.sleep(900)'",
+        name="cancel-me",
+        infra=skypilot_slurm,
+    )
+    task = build_task(spec, render_launcher(spec))
+    async with sky.AsyncSkyPilotClient(skypilot_server) as client:
+        request_id = await client.submit(sky.build_launch(client.identity, dag_yaml(task), cluster))
+        handle = BurstJobHandle(
+            conn_id="skypilot_default",
+            endpoint=skypilot_server,
+            cluster=cluster,
+            name=spec.name,
+            request_id=request_id,
+            submitted_at=time.time(),
+        )
+        kwargs = BurstJobTrigger(handle=handle.to_dict(), poll_interval=2, nodes=2).serialize()[1]
+
+        first = BurstJobTrigger(**kwargs)
+        run = asyncio.ensure_future(first.run().__anext__())
+
+        async def job_running():
+            if first._current.job_id is None:
+                return None
+            value = await client.call(sky.build_job_status(client.identity, cluster, [first._current.job_id]))
+            return sky.parse_job_status(value, first._current.job_id) == "RUNNING"
+
+        try:
+            await _wait_for(job_running, 600, "the job to run")
+        finally:
+            # A triggerer restart: the trigger task is cancelled, on_kill is not called.
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+            await first.cleanup()
+        job_id = first._current.job_id
+        value = await client.call(sky.build_job_status(client.identity, cluster, [job_id]))
+        assert sky.parse_job_status(value, job_id) == "RUNNING", "a triggerer restart must not cancel the job"
+
+        # The trigger resumes from its serialized kwargs, then the user kills the task.
+        second = BurstJobTrigger(**kwargs)
+        resumed = asyncio.ensure_future(second.run().__anext__())
+        await _wait_for(lambda: asyncio.sleep(0, result=second._current.job_id == job_id), 120, "the resumed trigger")
+        await second.on_kill()
+        resumed.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await resumed
+        await second.on_kill()  # idempotent: a second kill does nothing
+
+    assert cluster not in clusters(skypilot_server)
+    assert wait_no_slurm_jobs(cluster) == []
