@@ -16,6 +16,7 @@ Heavy imports (asyncssh through the hook) happen inside methods: importing this 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ DEFAULT_CONVERT_MEM = "7200M"
 MIN_CONVERT_MINUTES = 120
 DEFAULT_SOCKET_IFNAME = "eth0"
 DEFAULT_TIMEOUT_SECONDS = 120
+PREFLIGHT_ATTEMPTS = 3  # only a controller that does not answer is asked again
+PREFLIGHT_RETRY_SECONDS = 5.0
 
 
 def _fail(message: str) -> Exception:
@@ -145,10 +148,16 @@ class SlurmPreflightOperator(BaseOperator):
         hook = SlurmHook(self.slurm_conn_id)
         cfg = hook.config
         request = self.build_request(cfg)  # bad input fails here, before any SSH
-        result = hook.run(build_preflight_command(request, cfg.cluster_name), check=False, timeout=60)
-        if result.returncode != 0:
-            raise _fail(f"preflight could not run on {result.host} (exit {result.returncode}): {result.error_text}")
-        report = parse_preflight(result.text, request)
+        command = build_preflight_command(request, cfg.cluster_name)
+        for attempt in range(1, PREFLIGHT_ATTEMPTS + 1):
+            result = hook.run(command, check=False, timeout=60)
+            if result.returncode != 0:
+                raise _fail(f"preflight could not run on {result.host} (exit {result.returncode}): {result.error_text}")
+            report = parse_preflight(result.text, request)
+            if not report.only_transient or attempt == PREFLIGHT_ATTEMPTS:
+                break
+            self.log.warning("slurmctld did not answer (%s); asking again", report.failures[0].problem)
+            time.sleep(PREFLIGHT_RETRY_SECONDS * attempt)
         if not report.ok:
             lines = "\n".join(f"  - {f}" for f in report.failures)
             raise _fail(

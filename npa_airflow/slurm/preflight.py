@@ -44,7 +44,10 @@ REMEDIATION = {
     ),
     "partition": "name an existing partition (scontrol show partitions lists them) on the operator or connection",
     "wall_time": "ask for a shorter wall time, or pick a partition whose MaxTime allows it",
+    "controller": "slurmctld did not answer (down, restarting or overloaded); retry later or ask the cluster admin",
 }
+# scontrol's words when the controller, not the request, is the problem: transient, worth a retry.
+CONTROLLER_ERRORS = ("Socket timed out", "Unable to contact slurm controller", "Connection refused", "Zero Bytes")
 
 
 def dataset_path(value: str) -> str:
@@ -117,6 +120,7 @@ class PreflightFailure:
     what: str  # e.g. "tool sbatch", "dataset /lustre/x"
     problem: str
     remedy: str
+    transient: bool = False  # the controller did not answer: asking again may succeed
 
     def __str__(self) -> str:
         return f"{self.what}: {self.problem}. Fix: {self.remedy}"
@@ -133,6 +137,10 @@ class PreflightReport:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    @property
+    def only_transient(self) -> bool:
+        return bool(self.failures) and all(f.transient for f in self.failures)
 
     def to_dict(self) -> dict:
         """JSON-safe summary (XCom)."""
@@ -211,11 +219,14 @@ def parse_preflight(stdout: str, req: PreflightRequest) -> PreflightReport:
     partitions: dict[str, PartitionInfo] = {}
     if req.partitions:
         if partition_error:
+            text = " ".join(partition_lines)[-300:]
+            transient = any(marker in text for marker in CONTROLLER_ERRORS)
             failures.append(
                 PreflightFailure(
                     "partitions",
-                    f"scontrol show partitions failed: {' '.join(partition_lines)[-300:]}",
-                    REMEDIATION["tool"],
+                    f"scontrol show partitions failed: {text}",
+                    REMEDIATION["controller" if transient else "tool"],
+                    transient=transient,
                 )
             )
         else:

@@ -286,3 +286,15 @@ def test_preflight_command_in_real_bash(tmp_path: Path) -> None:
         f"sqsh_cache_dir {tmp_path / 'absent'}",
         f"dataset {tmp_path / 'missing'}",
     ]
+
+
+def test_preflight_controller_timeout_is_transient_and_says_so() -> None:
+    down = "NPA_PF partitions-begin\nslurm_load_partitions error: Socket timed out on send/recv operation\n"
+    report = parse_preflight(_output(partitions=down + "NPA_PF partitions-error\nNPA_PF partitions-end\n"), _req())
+    assert report.only_transient
+    assert str(report.failures[0]).endswith(
+        "Fix: " + "slurmctld did not answer (down, restarting or overloaded); retry later or ask the cluster admin"
+    )
+    mixed = _output(partitions=down + "NPA_PF partitions-error\nNPA_PF partitions-end\n", pyxis="NPA_PF pyxis no\n")
+    assert not parse_preflight(mixed, _req()).only_transient
+    assert not parse_preflight(_output(), _req()).only_transient
