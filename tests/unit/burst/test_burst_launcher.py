@@ -126,3 +126,25 @@ def test_launcher_outside_skypilot_says_so(tmp_path):
     )
     assert result.returncode == 2
     assert "SKYPILOT_NODE_IPS is not set" in result.stderr
+
+
+def test_torchrun_arguments_and_rendezvous_from_a_long_node_list(tmp_path):
+    """A stand-in torchrun (prints what it was given) checks the exec line; 5000 node IPs must not break it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "torchrun"
+    fake.write_text('#!/bin/bash\necho "ARGS $*"\necho "ENV $MASTER_ADDR $MASTER_PORT $WORLD_SIZE $RANK"\n')
+    fake.chmod(0o755)
+    env = node_env(3, f"{bin_dir}:/usr/bin:/bin")
+    env["SKYPILOT_NODE_IPS"] = " 10.0.0.7 \n" + "\n".join(f"10.0.{i // 250}.{i % 250}" for i in range(5000))
+    env["SKYPILOT_NUM_NODES"] = "5001"
+    env["SKYPILOT_NUM_GPUS_PER_NODE"] = "8"
+    result = subprocess.run(
+        ["bash", "-c", render_launcher(spec(master_port=29511))], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        "ARGS --nnodes=5001 --node-rank=3 --nproc-per-node=8 --master-addr=10.0.0.7 --master-port=29511 "
+        "--no-python python allreduce_probe.py"
+    ) in result.stdout
+    assert "ENV 10.0.0.7 29511 5001 3" in result.stdout
