@@ -16,9 +16,11 @@ import json
 import os
 import platform
 import sys
+import time
 from dataclasses import asdict, is_dataclass
 
 from benchmarks.cluster import ClusterEnv
+from npa_airflow.exceptions import NpaError
 
 PARTS = ("monitoring", "submit", "logs", "imports")
 
@@ -55,28 +57,44 @@ def main(argv: list[str] | None = None) -> int:
     )
     raw: dict[str, object] = {}
     for part in parts:
-        if part == "monitoring":
-            from benchmarks import monitoring
-
-            ns = [int(x) for x in args.ns.split(",") if x.strip()]
-            raw[part] = asyncio.run(monitoring.run(env, ns, args.interval, args.baseline_max, args.baseline_cycles))
-        elif part == "submit":
-            from benchmarks import submission
-
-            raw[part] = asyncio.run(submission.run(env, args.reps))
-        elif part == "logs":
-            from benchmarks import logs
-
-            raw[part] = asyncio.run(logs.run(env, args.log_mb))
-        elif part == "imports":
-            from benchmarks import imports
-
-            raw[part] = imports.run(args.import_reps)
+        raw[part] = _with_retry(part, lambda part=part: _run_part(part, args, env))
         sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(_clean(raw), fh, indent=1)
     return 0
+
+
+def _with_retry(part: str, call, attempts: int = 3, pause: float = 20.0):
+    """The cluster is shared (other suites restart daemons, drain nodes): retry a part that hit that."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except NpaError as exc:
+            if attempt == attempts:
+                raise
+            print(f"!!! {part} failed ({exc}); cluster busy? retrying in {pause:.0f} s", file=sys.stderr, flush=True)
+            time.sleep(pause)
+    raise AssertionError("unreachable")
+
+
+def _run_part(part: str, args: argparse.Namespace, env: ClusterEnv | None) -> object:
+    if part == "monitoring":
+        from benchmarks import monitoring
+
+        ns = [int(x) for x in args.ns.split(",") if x.strip()]
+        return asyncio.run(monitoring.run(env, ns, args.interval, args.baseline_max, args.baseline_cycles))
+    if part == "submit":
+        from benchmarks import submission
+
+        return asyncio.run(submission.run(env, args.reps))
+    if part == "logs":
+        from benchmarks import logs
+
+        return asyncio.run(logs.run(env, args.log_mb))
+    from benchmarks import imports
+
+    return imports.run(args.import_reps)
 
 
 def _clean(value: object) -> object:

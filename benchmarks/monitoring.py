@@ -26,6 +26,7 @@ import asyncssh
 from benchmarks.cluster import ClusterEnv, SshdLog, local_port, rpc_delta, rpc_snapshot
 from benchmarks.jobs import CONN_ID, BenchJob, BenchRun
 from benchmarks.report import p50, pmax
+from npa_airflow.exceptions import NpaError
 from npa_airflow.slurm import hook as hook_module
 from npa_airflow.slurm.commands import TAIL_MARK
 from npa_airflow.slurm.hook import CommandResult, SlurmHook
@@ -479,9 +480,17 @@ async def run(env: ClusterEnv, ns: Sequence[int], interval: float, baseline_max:
     costs: dict = {}
     for n in ns:
         print(f"... monitoring N={n}", file=sys.stderr, flush=True)
-        ours, base, costs = await measure(
-            env, n, interval=interval, baseline_max=baseline_max, baseline_cycles=baseline_cycles
-        )
+        for attempt in (1, 2, 3):
+            try:
+                ours, base, costs = await measure(
+                    env, n, interval=interval, baseline_max=baseline_max, baseline_cycles=baseline_cycles
+                )
+                break
+            except NpaError as exc:  # the cluster is shared: another suite may restart slurmctld under us
+                if attempt == 3:
+                    raise
+                print(f"!!! N={n} failed ({exc}); retrying in 20 s", file=sys.stderr, flush=True)
+                await asyncio.sleep(20)
         summary += summary_rows(ours, base)
         latency.append(latency_row(ours))
         rpcs += rpc_rows(ours, base)
