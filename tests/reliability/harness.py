@@ -128,3 +128,70 @@ async def run_trigger(trigger: Any, logger: logging.Logger, timeout: float) -> A
         return await asyncio.wait_for(anext(gen), timeout)
     finally:
         await gen.aclose()
+
+
+RUNNER = """
+import json, runpy, sys
+from sqlalchemy import select
+ns = runpy.run_path(sys.argv[1])
+dag = ns["dag"]
+run = dag.test()
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+out = {}
+with create_session() as session:
+    for ti in run.get_task_instances(session=session):
+        rows = session.scalars(
+            select(XComModel).where(
+                XComModel.dag_id == ti.dag_id, XComModel.run_id == ti.run_id,
+                XComModel.task_id == ti.task_id, XComModel.key == "slurm_job",
+            )
+        ).all()
+        handle = rows[-1].value if rows else None
+        if isinstance(handle, str):
+            handle = json.loads(handle)
+        out[ti.task_id] = {"state": str(ti.state), "try_number": ti.try_number, "handle": handle}
+print("NPA_RESULT " + json.dumps(out))
+"""
+
+
+def airflow_home(base: Path, **connections: dict) -> dict[str, str]:
+    """Environment for a dag.test() subprocess with its own AIRFLOW_HOME under ``base`` (migrated)."""
+    import subprocess
+    import sys
+
+    base.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+    env.update(
+        AIRFLOW_HOME=str(base),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(base / "dags"),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{base}/airflow.db",
+        PYTHONPATH=str(REPO),
+    )
+    env.pop("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", None)
+    for conn_id, value in connections.items():
+        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(value)
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env
+
+
+def run_dag_test(env: dict[str, str], dag_source: str, timeout: float = 600) -> tuple[dict, str]:
+    """Run ``dag.test()`` of the DAG (variable ``dag``) in ``dag_source``; return per-task results and output."""
+    import subprocess
+    import sys
+
+    home = Path(env["AIRFLOW_HOME"])
+    (home / "dags").mkdir(exist_ok=True)
+    dag_file = home / "dags" / f"dag_{uuid.uuid4().hex[:6]}.py"
+    dag_file.write_text(dag_source)
+    runner = home / "run_dag_test.py"
+    runner.write_text(RUNNER)
+    proc = subprocess.run(
+        [sys.executable, str(runner), str(dag_file)], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    output = proc.stdout + proc.stderr
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("NPA_RESULT ")]
+    assert lines, f"dag.test() gave no result (rc {proc.returncode}):\n{output[-6000:]}"
+    return json.loads(lines[-1].split(" ", 1)[1]), output
