@@ -16,17 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from airflow.sdk import BaseOperator
 
 from npa_airflow.common.links import SLURM_XCOM_KEY, SlurmJobLink
-from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaRemoteError, NpaValidationError
+from npa_airflow.exceptions import (
+    NpaAmbiguousSubmission,
+    NpaConnectionError,
+    NpaHostKeyError,
+    NpaRemoteError,
+    NpaValidationError,
+)
 
 if TYPE_CHECKING:
     import jinja2
@@ -41,8 +48,10 @@ RECONCILE_WINDOW_SECONDS = 45.0  # sacct can lag a few seconds behind sbatch
 RECONCILE_POLL_SECONDS = 3.0
 DEFAULT_PENDING_ALLOWANCE = timedelta(hours=24)
 LOG_TAIL_BYTES = 8192
+READ_RETRY_SECONDS = 90.0  # read-only cluster queries before submit ride out a short slurmctld/sshd outage
 EXCLUDE_VARIABLE_PREFIX = "npa_slurm_exclude__"
 _TRY_SUFFIX_RE = re.compile(r"-t([0-9]+)$")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -150,7 +159,7 @@ class SlurmJobOperatorBase(BaseOperator):
         """Read-only checks before anything is written: the partition exists and allows the wall time."""
         if job.partition is None and job.time_minutes is None:
             return
-        partitions = hook.partitions()
+        partitions = self.cluster_read("reading partitions", hook.partitions)
         name = job.partition or next((p.name for p in partitions.values() if p.default), None)
         if name is None:
             return
@@ -185,6 +194,26 @@ class SlurmJobOperatorBase(BaseOperator):
         from npa_airflow.slurm.hook import SlurmHook
 
         return SlurmHook(self.slurm_conn_id)
+
+    def cluster_read(self, what: str, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a read-only (or idempotent) hook call, retrying transient failures with jittered backoff.
+
+        Nothing has been submitted yet, so waiting out a short outage is better than burning a retry.
+        """
+        deadline = time.monotonic() + READ_RETRY_SECONDS
+        attempt = 0
+        while True:
+            try:
+                return call(*args, **kwargs)
+            except NpaHostKeyError:
+                raise
+            except (NpaRemoteError, NpaConnectionError) as exc:
+                attempt += 1
+                delay = min(2.0**attempt, 15.0) * random.uniform(1.0, 1.5)
+                if time.monotonic() + delay > deadline:
+                    raise
+                self.log.warning("%s failed (%s); retrying in %.0f s", what, exc, delay)
+                time.sleep(delay)
 
     # -- execute -----------------------------------------------------------------------------------------
 
@@ -259,7 +288,7 @@ class SlurmJobOperatorBase(BaseOperator):
 
         dag_id, task_id, run_id, map_index, try_number = self.ti_identity(context)
         earlier = earlier_try_names(dag_id, task_id, run_id, map_index, try_number)
-        found = hook.find_jobs_by_name([*earlier, job.job_name])
+        found = self.cluster_read("looking up earlier tries", hook.find_jobs_by_name, [*earlier, job.job_name])
 
         mine = [j for j in found if j.job_name == job.job_name]
         if mine:  # this very try already submitted (the worker died after sbatch and came back)
@@ -272,7 +301,7 @@ class SlurmJobOperatorBase(BaseOperator):
                 self.log.warning(
                     "Cancelling duplicate live job %s (%s) of an earlier try", extra.job_id, extra.job_name
                 )
-                hook.cancel(extra.job_id)
+                self.cluster_read("cancelling a duplicate", hook.cancel, extra.job_id)
             self.log.info(
                 "Reattaching to Slurm job %s (%s) of an earlier try instead of submitting a new one",
                 keep.job_id,
@@ -281,7 +310,8 @@ class SlurmJobOperatorBase(BaseOperator):
             old = self.prepare_job(context, keep.job_name or job.job_name, ())
             return self._handle_for(hook, old, keep.job_id, retry_of=None)
         if live and job.required_paths:  # never cancel a running job for a submission that cannot happen
-            missing = [p for p, ok in hook.paths_exist(list(job.required_paths)).items() if not ok]
+            exists = self.cluster_read("checking inputs", hook.paths_exist, list(job.required_paths))
+            missing = [p for p, ok in exists.items() if not ok]
             if missing:
                 raise NpaValidationError(
                     f"required inputs do not exist on the cluster: {', '.join(missing)}; the earlier try's job "
@@ -291,7 +321,7 @@ class SlurmJobOperatorBase(BaseOperator):
             self.log.info(
                 "Cancelling Slurm job %s (%s) of an earlier try (on_previous_try='cancel')", j.job_id, j.job_name
             )
-            hook.cancel(j.job_id)
+            self.cluster_read("cancelling an earlier try", hook.cancel, j.job_id)
 
         previous = sorted(found, key=lambda j: try_of(j.job_name or ""))
         retry_of = previous[-1].job_id if previous else None
@@ -346,7 +376,7 @@ class SlurmJobOperatorBase(BaseOperator):
         ids = sorted({m.job_id for m in matches})
         if len(ids) > 1:
             for job_id in ids:
-                hook.cancel(job_id)
+                self.cluster_read("cancelling a duplicate", hook.cancel, job_id)
             raise NpaAmbiguousSubmission(
                 f"{len(ids)} Slurm jobs are named {job.job_name} ({', '.join(ids)}); all were cancelled so no "
                 "duplicate keeps running. Retry the task to submit exactly one."
@@ -398,7 +428,7 @@ class SlurmJobOperatorBase(BaseOperator):
             carried = None
         if not carried:
             return []
-        nodes = hook.nodes()
+        nodes = self.cluster_read("reading nodes", hook.nodes)
         valid = [n for n in carried if n in nodes]
         dropped = sorted(set(carried) - set(valid))
         if dropped:
@@ -524,9 +554,12 @@ class SlurmJobOperatorBase(BaseOperator):
 
     # -- cancel ------------------------------------------------------------------------------------------
 
-    def _cancel(self, hook: SlurmHook, handle: SlurmJobHandle, why: str) -> None:
+    def _cancel(self, hook: SlurmHook, handle: SlurmJobHandle, why: str, patient: bool = True) -> None:
         try:
-            hook.cancel(handle.job_id)
+            if patient:
+                self.cluster_read("cancelling", hook.cancel, handle.job_id)
+            else:  # on_kill: the worker is being stopped, one attempt
+                hook.cancel(handle.job_id)
             self.log.info("Cancelled Slurm job %s (%s)", handle.job_id, why)
         except Exception as exc:
             self.log.error("Could not cancel Slurm job %s (%s): %s", handle.job_id, why, exc)
@@ -535,7 +568,7 @@ class SlurmJobOperatorBase(BaseOperator):
         """The worker is killing the task (non-deferrable wait, or between submit and defer): scancel."""
         if self._handle is None or self._done or not self.cancel_on_kill:
             return
-        self._cancel(self.get_hook(), self._handle, "the task was killed")
+        self._cancel(self.get_hook(), self._handle, "the task was killed", patient=False)
 
 
 # -------------------------------------------------------------------------------------------------------

@@ -398,3 +398,32 @@ def test_cancel_option_never_cancels_for_a_submission_with_missing_inputs():
     with pytest.raises(NpaValidationError, match="/data/missing; the earlier try's job 41 was left running"):
         op.execute(context(try_number=2))
     assert not [c for c in hook.calls if c[0] in ("cancel", "submit")]
+
+
+def test_read_only_queries_ride_out_a_short_controller_outage(monkeypatch):
+    from npa_airflow.exceptions import NpaHostKeyError, NpaRemoteError
+
+    monkeypatch.setattr(ops.time, "sleep", lambda s: None)
+    op = make_op(HookDouble())
+    answers = [NpaRemoteError("slurm_load_partitions error: Socket timed out"), {"cpu": 1}]
+
+    def flaky():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert op.cluster_read("reading partitions", flaky) == {"cpu": 1}
+
+    def untrusted():
+        raise NpaHostKeyError("changed host key")
+
+    with pytest.raises(NpaHostKeyError):  # never retried
+        op.cluster_read("reading partitions", untrusted)
+    monkeypatch.setattr(ops, "READ_RETRY_SECONDS", 0.0)
+
+    def down():
+        raise NpaRemoteError("slurm_load_partitions error: Unable to contact slurm controller")
+
+    with pytest.raises(NpaRemoteError):  # bounded: the task fails (and may retry) instead of waiting forever
+        op.cluster_read("reading partitions", down)
