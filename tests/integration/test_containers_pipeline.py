@@ -122,10 +122,11 @@ def convert_mem(slurm_cluster, cluster_admin) -> str:
 
 
 @pytest.fixture
-def dataset(slurm_cluster, cluster_ssh) -> str:
-    path = f"{slurm_cluster.shared}/data/containers-it"
+def dataset(slurm_cluster, cluster_ssh):
+    path = f"{slurm_cluster.shared}/data/containers-it-{uuid.uuid4().hex[:8]}"
     cluster_ssh(f"mkdir -p {path} && printf 'a\\n' > {path}/part-0 && printf 'b\\n' > {path}/part-1", check=True)
-    return f"lustre://{path}"
+    yield f"lustre://{path}"
+    cluster_ssh(f"rm -rf {path}")
 
 
 PIPELINE = REPO / "dags_examples" / "slurm_training.py"
