@@ -133,12 +133,13 @@ PIPELINE = REPO / "dags_examples" / "slurm_training.py"
 
 
 def test_pipeline_runs_end_to_end_then_reuses_the_sqsh_and_the_probe(
-    airflow_env, slurm_cluster, cluster_ssh, convert_mem, dataset
+    request, airflow_env, slurm_cluster, cluster_ssh, convert_mem, dataset
 ):
     image = f"registry.local/npa/pytorch:it-{uuid.uuid4().hex[:8]}"
     sqsh = f"{slurm_cluster.sqsh_dir}/registry.local+npa+pytorch+{image.rsplit(':', 1)[1]}.sqsh"
     conf = {"image": image, "dataset": dataset, "convert_mem": convert_mem}
     since = sacct_now(cluster_ssh)
+    request.addfinalizer(lambda: cluster_ssh(f"rm -f {sqsh}"))
 
     first, output = run_dag(airflow_env, PIPELINE, conf)
     states = {t: v["state"] for t, v in first["tasks"].items()}
