@@ -3,6 +3,9 @@
 `burst/task.yaml` keeps its placeholders so no concrete registry, bucket or run id is ever baked in;
 `vars` (templated) fills them. A placeholder left unresolved fails the task before any request is sent;
 SkyPilot's own `${SKYPILOT_...}` variables stay for run time. The job name defaults to the YAML's name.
+
+Runs as-is on the local stack (`dev/cluster up`, `dev/skypilot up`, `dev/skypilot slurm`); for another
+infra, trigger with e.g. {"infra": "k8s", "gpu_per_node": "H100:8", "output_uri": "s3://<bucket>/<prefix>/"}.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ with DAG(
     catchup=False,
     tags=["npa", "burst", "example"],
     params={
-        "image": Param("nvcr.io/nvidia/pytorch:25.01-py3", type="string"),
-        "gpu_per_node": Param("H100:8", type="string"),
-        "output_uri": Param("s3://example-bucket/burst-smoke/", type="string"),
+        "infra": Param("slurm/npa-local", type="string"),
+        "gpu_per_node": Param("GPU:1", type="string"),
+        "output_uri": Param("file:///var/tmp/npa-burst-smoke/", type="string"),
     },
 ) as dag:
     BurstSubmitYamlOperator(
@@ -28,7 +31,7 @@ with DAG(
         yaml_path="burst/task.yaml",
         vars={
             "NPA_RUN_ID": "{{ run_id | replace(':', '-') | replace('+', '-') }}",
-            "NPA_IMAGE": "{{ params.image }}",
+            "NPA_INFRA": "{{ params.infra }}",
             "NPA_GPU_PER_NODE": "{{ params.gpu_per_node }}",
             "NPA_OUTPUT_URI": "{{ params.output_uri }}{{ ds_nodash }}/",
         },

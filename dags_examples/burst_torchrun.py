@@ -5,9 +5,13 @@ node environment and runs it under torchrun on every node. The task launches fro
 job handle to XCom (`burst_job`), waits in the triggerer while the job log streams into the task log,
 and tears the cluster down at the end. Marking the task failed cancels the job and downs the cluster.
 
-Connection `skypilot_default` (type `skypilot`): host = API server endpoint (`dev/skypilot env` prints one
-for the local server). Adjust the params for your infra: `gpu_per_node` is per node (`NAME:COUNT`, the
-name the cluster advertises); `infra` pins the infra (e.g. `k8s`, `slurm/<cluster>`).
+Runs as-is on the local stack (`dev/cluster up`, `dev/skypilot up`, `dev/skypilot slurm`): no container
+(the local cluster has no Pyxis), the `gpu` partition's fake GPUs (SkyPilot names them "GPU"), and the
+all-reduce probe as the entrypoint (gloo on CPU). On a real GPU infra, trigger it with e.g.
+    {"image": "nvcr.io/nvidia/pytorch:25.01-py3", "gpu_per_node": "H100:8", "infra": "k8s"}
+and your own entrypoint ("python train.py --config configs/run.yaml").
+
+Connection `skypilot_default` (type `skypilot`): host = API server endpoint (`dev/skypilot env` prints it).
 """
 
 from __future__ import annotations
@@ -17,16 +21,18 @@ from datetime import timedelta
 from airflow.sdk import DAG, Param
 
 from npa_airflow.burst.operators import BurstTorchrunOperator
+from npa_airflow.common.templates import templates_dir
 
 with DAG(
     dag_id="burst_torchrun",
     schedule=None,
     catchup=False,
     tags=["npa", "burst", "example"],
+    render_template_as_native_obj=True,  # a null image param stays None (no container)
     params={
-        "image": Param("nvcr.io/nvidia/pytorch:25.01-py3", type="string"),
-        "gpu_per_node": Param("H100:8", type="string"),
-        "infra": Param(None, type=["null", "string"]),
+        "image": Param(None, type=["null", "string"]),
+        "gpu_per_node": Param("GPU:1", type="string"),
+        "infra": Param("slurm/npa-local", type=["null", "string"]),
     },
 ) as dag:
     BurstTorchrunOperator(
@@ -35,8 +41,10 @@ with DAG(
         image="{{ params.image }}",
         nodes=2,
         gpu_per_node="{{ params.gpu_per_node }}",
-        entrypoint="python -c 'import torch.distributed as d; d.init_process_group(\"gloo\"); print(d.get_rank())'",
-        infra="{{ params.infra or '' }}",
+        entrypoint="nccl_allreduce_probe.py",
+        workdir=str(templates_dir() / "probe"),
+        envs={"NPA_PROBE_COLLECTIVE_TIMEOUT": "300"},
+        infra="{{ params.infra }}",
         deadline=timedelta(hours=4),
         retries=0,
     )

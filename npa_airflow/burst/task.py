@@ -40,6 +40,8 @@ _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
 _JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACEHOLDER_RE = re.compile(r"\$\{([^}]*)\}")
+_LEADING_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BASH_OPERATOR_RE = re.compile(r"(?:(?::?[-=+?]|##?|%%?).*)?", re.S)
 _VAR_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SETS_DISTRIBUTED_RE = re.compile(r"(?:^|[\s;&|(])(?:export\s+)?(" + "|".join(DISTRIBUTED_VARS) + r")=")
 _TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
@@ -286,7 +288,9 @@ def substitute_vars(task: Any, variables: Mapping[str, Any], source: str = "<yam
         name = match.group(1)
         if name in variables:
             return str(variables[name])
-        if _VAR_NAME_RE.fullmatch(name) and is_runtime_var(name):
+        # ${SKYPILOT_X} and bash forms of it such as ${SKYPILOT_X:-0} stay for run time.
+        leading = _LEADING_NAME_RE.match(name)
+        if leading and is_runtime_var(leading.group(0)) and _BASH_OPERATOR_RE.fullmatch(name[leading.end() :]):
             return match.group(0)
         unresolved.append(name)
         return match.group(0)

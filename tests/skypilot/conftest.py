@@ -76,8 +76,13 @@ run = dag.test()
 states = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
 print("NPA-STATES " + json.dumps(states))
 """
+    connections = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW_CONN_")}
     result = subprocess.run(
-        [sys.executable, "-c", code], env={**env, **extra_env}, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-c", code],
+        env={**env, **connections, **extra_env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     output = result.stdout + result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("NPA-STATES ")]

@@ -108,3 +108,20 @@ async def test_kill_cancels_and_tears_down_but_a_triggerer_restart_does_not(skyp
 
     assert cluster not in clusters(skypilot_server)
     assert wait_no_slurm_jobs(cluster) == []
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
+
+
+@pytest.mark.parametrize(
+    "example, dag_id, expected",
+    [
+        ("burst_torchrun.py", "burst_torchrun", "NCCL_PROBE_OK world_size=2 backend=gloo result=3"),
+        ("burst_submit_yaml.py", "burst_submit_yaml", "burst-smoke node 1 of 2: run manual__"),
+    ],
+)
+def test_examples_run_on_the_local_stack(skypilot_server, skypilot_slurm, airflow_home, example, dag_id, expected):
+    out = run_dag_test(airflow_home, EXAMPLES / example, dag_id, timeout=1200)
+    assert set(out["states"].values()) == {"success"}, out["log"][-8000:]
+    assert expected in out["log"]
+    assert not [name for name in clusters(skypilot_server) if dag_id.replace("_", "-") in name]

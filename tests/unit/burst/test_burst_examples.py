@@ -42,5 +42,5 @@ def test_each_example_is_one_task_that_needs_its_vars(name):
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_examples_bake_in_no_registry_bucket_or_credential(name):
     text = (EXAMPLES / name).read_text()
-    assert not re.search(r"(nvcr\.io|ghcr\.io|docker\.io|amazonaws\.com|s3://|gs://)", text)
+    assert not re.search(r"(nvcr\.io|ghcr\.io|docker\.io|amazonaws\.com|s3://|gs://|npa-local)", text)
     assert "SKYPILOT_DOCKER_" not in text

@@ -187,3 +187,12 @@ def test_image_none_runs_without_a_container():
     task = build_task(spec(image=None), run="echo hi")
     assert "image_id" not in task["resources"]
     assert image_id(None) is None
+
+
+def test_bash_forms_of_runtime_variables_stay_but_not_of_others():
+    task = {"run": "echo ${SKYPILOT_NUM_GPUS_PER_NODE:-0} ${SKYPILOT_NODE_IPS%%x} ${SKYPILOT_TASK_ID}"}
+    assert substitute_vars(task, {}) == task
+    with pytest.raises(NpaValidationError, match=r"\$\{HOME:-/root\}"):
+        substitute_vars({"run": "echo ${HOME:-/root}"}, {})
+    with pytest.raises(NpaValidationError, match=r"\$\{SKYPILOT_X Y\}"):
+        substitute_vars({"run": "echo ${SKYPILOT_X Y}"}, {})
