@@ -106,17 +106,22 @@ def squeue_jobs(cluster_ssh: Callable[..., Any], name_prefix: str) -> list[dict[
     ]
 
 
+def _merged(cluster_ssh: Callable[..., Any], name_prefix: str) -> dict[str, dict[str, str]]:
+    """sacct's records (with nodes and final states), plus squeue's for jobs accounting has not seen yet."""
+    merged = {j["id"]: j for j in sacct_jobs(cluster_ssh, name_prefix)}
+    for job in squeue_jobs(cluster_ssh, name_prefix):
+        merged.setdefault(job["id"], job)
+    return merged
+
+
 def jobs_settled(cluster_ssh: Callable[..., Any], name_prefix: str, expected: int, timeout: float = 45) -> list:
     """Jobs by name from squeue and sacct merged by id, once accounting has caught up (or the timeout)."""
     deadline = time.monotonic() + timeout
     while True:
-        merged = {j["id"]: j for j in sacct_jobs(cluster_ssh, name_prefix)}
-        merged.update({j["id"]: j for j in squeue_jobs(cluster_ssh, name_prefix)})
+        merged = _merged(cluster_ssh, name_prefix)
         if len(merged) >= expected or time.monotonic() > deadline:
             time.sleep(2)  # a late duplicate would show up by now
-            merged.update({j["id"]: j for j in sacct_jobs(cluster_ssh, name_prefix)})
-            merged.update({j["id"]: j for j in squeue_jobs(cluster_ssh, name_prefix)})
-            return sorted(merged.values(), key=lambda j: j["id"])
+            return sorted(_merged(cluster_ssh, name_prefix).values(), key=lambda j: j["id"])
         time.sleep(1)
 
 

@@ -271,3 +271,115 @@ def test_missing_path_with_unusual_line_break_is_reported_missing(pooled_hook, s
     ``str.splitlines`` splits on must still be reported missing (else a missing dataset passes the check)."""
     missing = f"{scratch}/no{char}such-input"
     assert pooled_hook.paths_exist([missing]) == {missing: False}
+
+
+def _collect(strategy: st.SearchStrategy, examples: int = EXAMPLES) -> list:
+    """Values hypothesis generates from ``strategy`` (the checks then run in one job, not one per value)."""
+    values: list = []
+
+    @settings(PROPERTY, max_examples=examples)
+    @given(strategy)
+    def gather(batch: list) -> None:
+        values.extend(batch)
+
+    gather()
+    return values
+
+
+def _wait_done(hook, job_id: str, timeout: float = 120) -> object:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = hook.job_states([job_id]).get(job_id)
+        if info is not None and info.state.is_terminal:
+            return info
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} did not finish within {timeout} s")
+
+
+def test_environment_values_in_a_rendered_script_reach_the_job_as_data(pooled_hook, scratch):
+    """>= 1,000 hostile values as SbatchSpec environment, rendered into ONE real sbatch job on the cluster;
+    the job writes each variable back NUL-separated and the bytes must match."""
+    from npa_airflow.slurm.scripts import render_sbatch
+    from npa_airflow.slurm.spec import SbatchSpec
+
+    # CRLF is left out here: sbatch refuses any script containing it (see the CRLF test below)
+    values = [v for v in _collect(st.lists(_short, min_size=BATCH, max_size=BATCH)) if "\r\n" not in v]
+    assert len(values) >= 1000
+    environment = {f"NPA_V{i}": v for i, v in enumerate(values)}
+    out = f"{scratch}/env-values.bin"
+    names = " ".join(environment)
+    spec = SbatchSpec(
+        job_name=f"npa-injection-env-{uuid.uuid4().hex[:8]}",
+        command=f'for n in {names}; do printf "%s\\0" "${{!n}}"; done > {out}',
+        log_dir=f"{scratch}/logs", results_dir=f"{scratch}/results", partition="cpu", gpus_per_node=0,
+        cpus_per_task=1, time_hours=0.05, environment=environment, placeholders_bound=True,
+    )  # fmt: skip
+    script_path = f"{scratch}/env.sbatch"
+    submitted = pooled_hook.stage_and_submit(
+        [StagedFile(script_path, render_sbatch(spec).encode(), 0o700)], script_path, mkdirs=list(spec.log_dirs)
+    )
+    info = _wait_done(pooled_hook, submitted.job_id)
+    assert info.exit_code == 0, pooled_hook.tail_log(spec.stderr_path, 0)[0][-2000:]
+    (chunk,) = pooled_hook.tail_logs([(out, 0)], max_bytes=1 << 24)
+    assert chunk.data.split(b"\0")[:-1] == [v.encode() for v in values]
+    assert_canary_absent(pooled_hook)
+
+
+def test_secret_values_in_the_sidecar_reach_the_job_as_data(pooled_hook, scratch, monkeypatch):
+    """Hostile secret values (from connections) go through the operator's mode-600 sidecar into a real job."""
+    import json
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from npa_airflow.slurm.operators import SlurmSubmitOperator
+    from npa_airflow.slurm.poller import reset_pollers
+
+    secrets = [v for v in _collect(st.lists(_short, min_size=BATCH, max_size=BATCH), 3) if len(v) >= 4][:100]
+    assert len(secrets) >= 50
+    for i, value in enumerate(secrets):
+        monkeypatch.setenv(f"AIRFLOW_CONN_NPA_HOSTILE_{i}", json.dumps({"conn_type": "generic", "password": value}))
+    names = [f"NPA_S{i}" for i in range(len(secrets))]
+    out = f"{scratch}/secret-values.bin"
+    op = SlurmSubmitOperator(
+        task_id="hostile", partition="cpu", gpus_per_node=0, cpus_per_task=1, time_hours=0.05, poll_interval=2,
+        results_root=f"{scratch}/operator",
+        command=f'for n in {" ".join(names)}; do printf "%s\\0" "${{!n}}"; done > {out}',
+        secret_env={n: f"conn:npa_hostile_{i}" for i, n in enumerate(names)},
+    )  # fmt: skip
+    import types
+
+    ti = types.SimpleNamespace(
+        dag_id="npa_injection", task_id="hostile", run_id=f"manual__{uuid.uuid4().hex[:8]}", map_index=-1,
+        try_number=1, xcom_push=lambda key, value: None,
+    )  # fmt: skip
+    ctx = {"ti": ti}
+    op.render_template_fields(ctx)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    handle = deferred.value.trigger.handle
+    reset_pollers()
+    info = _wait_done(pooled_hook, handle["job_id"])
+    assert info.exit_code == 0, pooled_hook.tail_log(handle["stderr_path"], 0)[0][-2000:]
+    (chunk,) = pooled_hook.tail_logs([(out, 0)], max_bytes=1 << 24)
+    assert chunk.data.split(b"\0")[:-1] == [v.encode() for v in secrets]
+    assert not pooled_hook.path_exists(f"{scratch}/operator/sidecars/{handle['job_name']}.env")  # shredded
+    assert_canary_absent(pooled_hook)
+
+
+def test_crlf_in_an_environment_value_is_refused_before_anything_is_staged():
+    """sbatch refuses a whole script that contains CRLF ("DOS line breaks"), after staging it. A value with
+    CRLF must be refused by validation (or rendered without a raw CRLF), never discovered by sbatch."""
+    from npa_airflow.slurm.scripts import render_sbatch
+    from npa_airflow.slurm.spec import SbatchSpec
+
+    try:
+        spec = SbatchSpec(
+            job_name="npa-crlf", command="true", log_dir="/l", results_dir="/r", environment={"V": "a\r\nb"},
+            placeholders_bound=True,
+        )  # fmt: skip
+    except NpaValidationError as exc:
+        assert "V" in str(exc)
+        return
+    assert "\r\n" not in render_sbatch(spec), "the rendered script carries a CRLF that sbatch will refuse"
