@@ -121,7 +121,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
     ],
 )
 def test_examples_run_on_the_local_stack(skypilot_server, skypilot_slurm, airflow_home, example, dag_id, expected):
-    out = run_dag_test(airflow_home, EXAMPLES / example, dag_id, timeout=1200)
+    out = run_dag_test(airflow_home, EXAMPLES / example, dag_id, timeout=1200, AIRFLOW__CORE__DAGS_FOLDER=str(EXAMPLES))
     assert set(out["states"].values()) == {"success"}, out["log"][-8000:]
     assert expected in out["log"]
     assert not [name for name in clusters(skypilot_server) if dag_id.replace("_", "-") in name]
