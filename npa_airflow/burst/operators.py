@@ -423,3 +423,24 @@ class BurstSubmitYamlOperator(_BurstLaunchMixin):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise NpaValidationError(f"{self.yaml_path}: num_nodes={nodes!r} must be a whole number >= 1")
         return task, nodes
+
+
+class BurstNcclProbeOperator(BurstTorchrunOperator):
+    """Run the all-reduce probe (the Slurm side's ``templates/probe/nccl_allreduce_probe.py``) on the N nodes
+    of a burst cluster, under the same launcher, before the real job: a broken fabric fails this cheap task.
+
+    NCCL when the nodes have CUDA, gloo otherwise; rank 0 prints ``NCCL_PROBE_OK world_size=<n> ...`` and any
+    failure exits non-zero. The probe directory is synced as the job's workdir, so it must exist on the API
+    server's filesystem (it does when the provider is installed next to the server); pass ``probe_dir``
+    otherwise. Pin ``cluster_name`` and ``teardown="keep"`` to probe the cluster the real job will use.
+    """
+
+    def __init__(self, *, probe_dir: str | None = None, collective_timeout: int = 300, **kwargs: Any) -> None:
+        kwargs.setdefault("entrypoint", "nccl_allreduce_probe.py")
+        envs = dict(kwargs.pop("envs", None) or {})
+        envs.setdefault("NPA_PROBE_COLLECTIVE_TIMEOUT", str(int(collective_timeout)))
+        if probe_dir is None:
+            from npa_airflow.common.templates import templates_dir
+
+            probe_dir = str(templates_dir() / "probe")
+        super().__init__(workdir=probe_dir, envs=envs, **kwargs)
