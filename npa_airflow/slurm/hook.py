@@ -349,6 +349,8 @@ class SlurmHook(BaseHook):
             raise NpaAmbiguousSubmission(f"connection lost during submission of {script_path}: {exc}") from exc
         except NpaRemoteError as exc:  # timed out: sbatch may have created the job
             raise NpaAmbiguousSubmission(f"submission of {script_path} did not finish: {exc}") from exc
+        if result.returncode is None:  # the session ended without a status (e.g. killed after sbatch ran)
+            raise NpaAmbiguousSubmission(f"submission of {script_path} on {result.host} ended without an exit status")
         self._raise_for_stage(result)
         outcome = parse_stage_output(result.text)
         if not outcome.sbatch_started:

@@ -87,11 +87,6 @@ def default_deferrable() -> bool:
     return raw.strip().lower() in ("1", "true", "t", "yes", "y", "on")
 
 
-def _no_exit_status(exc: Exception) -> bool:
-    """The session ended without an exit status (e.g. killed right after sbatch): sbatch may have run."""
-    return "without an exit status" in str(exc) or "no exit status" in str(exc)
-
-
 def try_of(job_name: str) -> int:
     m = _TRY_SUFFIX_RE.search(job_name)
     return int(m.group(1)) if m else 1
@@ -337,9 +332,7 @@ class SlurmJobOperatorBase(BaseOperator):
                     required_paths=list(job.required_paths),
                     mkdirs=list(job.mkdirs),
                 )
-            except (NpaAmbiguousSubmission, NpaRemoteError) as exc:
-                if isinstance(exc, NpaRemoteError) and not _no_exit_status(exc):
-                    raise  # sbatch or staging clearly refused: nothing was submitted
+            except NpaAmbiguousSubmission as exc:
                 self.log.warning("Submission of %s is ambiguous (%s); reconciling by job name", job.job_name, exc)
                 adopted = self._reconcile(hook, job, retry_of)
                 if adopted is not None:
