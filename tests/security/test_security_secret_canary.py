@@ -174,6 +174,7 @@ def skypilot_endpoint():
 
 
 @pytest.mark.skypilot
+@pytest.mark.slow
 def test_burst_launch_leaks_neither_registry_password_nor_api_token(skypilot_endpoint, migrated_db, tmp_path):
     """A launch that reaches the real API server (which then fails it: no cloud catalog offline) carries the
     registry login as SkyPilot secrets and the API token as a Bearer header; neither may come back."""
