@@ -81,3 +81,23 @@ def test_launch_error_reaches_the_task_log_readably(skypilot_server, airflow_hom
     assert "launch request" in log.lower()
     assert "launch of cluster npa-infra-not-enabled failed:" in log
     assert "\x1b[" not in log.split("launch of cluster npa-infra-not-enabled failed:")[1][:400]
+
+
+def test_sensor_reads_a_handle_produced_elsewhere_and_reports_the_launch_failure(skypilot_server):
+    from npa_airflow.burst.handle import BurstJobHandle
+    from npa_airflow.burst.sensors import BurstJobSensor
+
+    task = {"name": "sensed", "num_nodes": 1, "resources": {"infra": "aws"}, "run": "echo hi"}
+    with sky.SkyPilotClient(skypilot_server) as client:
+        request_id = client.submit(sky.build_launch(client.identity, dag_yaml(task), "npa-sensor-check"))
+        client.get(request_id)  # wait until it has failed
+    handle = BurstJobHandle(
+        conn_id="skypilot_default",
+        endpoint=skypilot_server,
+        cluster="npa-sensor-check",
+        name="sensed",
+        request_id=request_id,
+    )
+    sensor = BurstJobSensor(task_id="watch", handle=handle.to_json(), deferrable=False)
+    with pytest.raises(sky.SkyPilotApiError, match=r"\(sky.launch\) failed: \w+"):
+        sensor.poke(context={})
