@@ -226,7 +226,7 @@ PROBE_DAG = textwrap.dedent(
             nodes=2,
             gpus_per_node=0,
             partition="cpu",
-            timeout_seconds=25,
+            timeout_seconds=60,  # the working set must finish in time even on a loaded 2-core machine
             poll_interval=2,
             retries=0,
             # Test-only knob of the probe script: rank 0 stalls unless NCCL_P2P_DISABLE is set, like the
