@@ -125,3 +125,13 @@ def test_examples_run_on_the_local_stack(skypilot_server, skypilot_slurm, airflo
     assert set(out["states"].values()) == {"success"}, out["log"][-8000:]
     assert expected in out["log"]
     assert not [name for name in clusters(skypilot_server) if dag_id.replace("_", "-") in name]
+
+
+def test_deadline_cancels_tears_down_and_fails_clearly(skypilot_server, skypilot_slurm, airflow_home):
+    out = run_dag_test(airflow_home, DAGS / "burst_local_slurm.py", "npa_burst_slurm_deadline", timeout=1200)
+    log = out["log"]
+    assert out["states"] == {"sleeper": "failed"}, log[-8000:]
+    assert "the author-set deadline of 120 passed, so it was cancelled (teardown=down)" in log
+    assert "Cluster npa-e2e-deadline torn down" in log
+    assert "npa-e2e-deadline" not in clusters(skypilot_server)
+    assert wait_no_slurm_jobs("npa-e2e-deadline") == []

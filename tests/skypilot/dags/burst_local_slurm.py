@@ -31,3 +31,17 @@ with DAG("npa_burst_slurm_allreduce", schedule=None, start_date=pendulum.datetim
         deadline=900,
         retries=0,
     )
+
+with DAG("npa_burst_slurm_deadline", schedule=None, start_date=pendulum.datetime(2026, 1, 1), catchup=False) as late:
+    BurstTorchrunOperator(
+        task_id="sleeper",
+        image=None,
+        nodes=2,
+        gpu_per_node="GPU:1",
+        entrypoint="python3 -c 'import time; time.sleep(900)'",
+        infra="slurm/npa-local",
+        cluster_name="npa-e2e-deadline",
+        poll_interval=2,
+        deadline=120,
+        retries=0,
+    )
