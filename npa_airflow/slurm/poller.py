@@ -87,6 +87,12 @@ class Registration:
     ever_started: bool = False
     offsets_loaded: bool = False
     drain_cycles: int = 0
+    delivered_cycle: int = 0  # last cycle that handed this trigger log bytes
+    acked_cycle: int = 0  # last cycle whose lines the trigger has written (and committed)
+
+    def ack(self, cycle: int) -> None:
+        """The trigger has written everything of `cycle` to the task log."""
+        self.acked_cycle = max(self.acked_cycle, cycle)
 
     def commit(self, path: str, offset: int) -> None:
         """Record that the task log now holds `path` up to byte `offset` (persisted on the next cycle)."""
@@ -113,6 +119,7 @@ class PollerStats:
     state_queries: int = 0
     log_queries: int = 0
     offset_loads: int = 0
+    offset_commits: int = 0
     failures: int = 0
     max_jobs_per_query: int = 0
     last_query_job_ids: tuple[str, ...] = ()
@@ -263,6 +270,7 @@ class SlurmPoller:
             started = time.monotonic()
             try:
                 await self.cycle()
+                await self.persist_delivered()
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug in one cycle must not stop polling for every trigger
@@ -351,7 +359,43 @@ class SlurmPoller:
 
     def _publish(self, reg: Registration, update: PollUpdate) -> None:
         if reg in self._registrations:  # unregistered mid-cycle: drop
+            if any(chunk.data for chunk in update.chunks):
+                reg.delivered_cycle = update.cycle
             reg.queue.put_nowait(update)
+
+    async def persist_delivered(self, wait: float = 1.0) -> None:
+        """Once the triggers have written this cycle's lines, persist their offsets in ONE command.
+
+        Runs only after cycles that delivered log bytes. Without it the offsets would reach the cluster with
+        the next cycle's tail, and a triggerer killed in between would log the same lines again on restart.
+        """
+        waiting = [r for r in self._registrations if r.offsets_file and r.delivered_cycle > r.acked_cycle]
+        if not waiting:
+            return
+        deadline = time.monotonic() + wait
+        while waiting and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            waiting = [r for r in waiting if r in self._registrations and r.delivered_cycle > r.acked_cycle]
+        dirty = [
+            r
+            for r in self._registrations
+            if r.offsets_file and r.offsets_loaded and any(c.committed != c.persisted for c in r.cursors)
+        ]
+        if not dirty:
+            return
+        written = [(r, {c.path: c.committed for c in r.cursors}) for r in dirty]
+        command = build_commit_offsets([(r.offsets_file or "", r.offsets_payload()) for r in dirty])
+        self.stats.offset_commits += 1
+        try:
+            result = await self.hook.arun(command, timeout=30, check=False)
+        except Exception as exc:  # the next tail command carries them instead
+            log.warning("Could not persist log offsets (%s); will retry with the next poll", _describe(exc))
+            return
+        if result.returncode is None:
+            return
+        for reg, offsets in written:
+            for cursor in reg.cursors:
+                cursor.persisted = offsets.get(cursor.path, cursor.persisted)
 
     async def _load_offsets(self, regs: Sequence[Registration]) -> None:
         pending = [r for r in regs if not r.offsets_loaded and r.offsets_file]

@@ -176,6 +176,7 @@ class SlurmJobTrigger(BaseTrigger):
                     yield self._fire("deadline", f"Slurm job {self.job_id} still not finished at its deadline")
                     return
                 self._write_logs(update, reg, labels, splitters)
+                reg.ack(update.cycle)
                 if update.error:
                     problems += 1
                     if problems == 1 or problems % 10 == 0:

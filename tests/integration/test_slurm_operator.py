@@ -424,6 +424,47 @@ def test_logs_stream_in_order_without_duplicates_across_a_trigger_restart(slurm_
     assert any(x.startswith("line-") for x in after)
 
 
+def test_triggerer_killed_hard_between_polls_does_not_replay_the_log(slurm_cluster):
+    """SIGKILL semantics: no cleanup() runs. A triggerer spends nearly all its time between polls; killed there,
+    the offsets of the lines it already wrote must already be on the cluster, so nothing is logged twice."""
+    op = make_operator(command="for i in $(seq 1 40); do echo line-$i; sleep 0.25; done")
+    trigger = submit_deferred(op, Context(f"npa_itest_kill_{uuid.uuid4().hex[:6]}"))
+    kwargs = trigger.serialize()[1]
+
+    async def killed_run() -> list[str]:
+        from npa_airflow.slurm.triggers import SlurmJobTrigger
+
+        t = SlurmJobTrigger(**kwargs)
+        t._log, collected = collecting_logger("killed")
+        task = asyncio.ensure_future(anext(t.run()))
+        deadline = time.monotonic() + 90
+        while sum(1 for x in collected.lines if x.startswith("line-")) < 5:
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.05)
+        # Kill within the quiet time between polls (the poll floor is 2 s): 1 s after the lines were logged.
+        await asyncio.sleep(1.0)
+        task.cancel()  # and no cleanup(): the process is gone
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return collected.lines
+
+    async def next_run() -> tuple[list[str], dict]:
+        from npa_airflow.slurm.triggers import SlurmJobTrigger
+
+        t = SlurmJobTrigger(**kwargs)
+        t._log, collected = collecting_logger("next")
+        event = await asyncio.wait_for(anext(t.run()), 120)
+        return collected.lines, event.payload
+
+    reset_pollers()
+    before = asyncio.run(killed_run())
+    reset_pollers()
+    after, payload = asyncio.run(next_run())
+    assert payload["status"] == "success"
+    streamed = [x for x in before + after if x.startswith("line-")]
+    assert streamed == [f"line-{i}" for i in range(1, 41)]
+
+
 def test_non_deferrable_waits_on_the_worker_through_the_same_poller(slurm_cluster, monkeypatch):
     reset_pollers()
     op = make_operator(command="echo worker-side-1; sleep 2; echo worker-side-2", deferrable=False)
