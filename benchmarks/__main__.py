@@ -80,10 +80,10 @@ def _with_retry(part: str, call, attempts: int = 3, pause: float = 20.0):
 
 def _run_part(part: str, args: argparse.Namespace, env: ClusterEnv | None) -> object:
     if part == "monitoring":
-        from benchmarks import monitoring
+        from benchmarks import monitoring_tables
 
         ns = [int(x) for x in args.ns.split(",") if x.strip()]
-        return asyncio.run(monitoring.run(env, ns, args.interval, args.baseline_max, args.baseline_cycles))
+        return asyncio.run(monitoring_tables.run(env, ns, args.interval, args.baseline_max, args.baseline_cycles))
     if part == "submit":
         from benchmarks import submission
 

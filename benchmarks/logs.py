@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 
 from benchmarks.cluster import ClusterEnv
+from benchmarks.counting import CountingHook
 from benchmarks.jobs import CONN_ID, BenchRun
-from benchmarks.monitoring import CountingHook
 from benchmarks.report import human_bytes, table
 from npa_airflow.slurm import poller as poller_module
 from npa_airflow.slurm.poller import SlurmPoller
@@ -128,11 +128,14 @@ async def run(env: ClusterEnv, log_mb: int) -> dict:
         if big_stats.offset_at_drained_flag is not None:
             unread = (big_stats.size_at_drained_flag or 0) - big_stats.offset_at_drained_flag
             raw["big_unread_when_drained_flag"] = unread
-            print(
-                f"Poller reported the big job's logs drained with {human_bytes(unread)} still unread "
-                f"(MAX_DRAIN_CYCLES={poller_module.MAX_DRAIN_CYCLES}): a trigger would fire and stop streaming "
-                "there.\n"
-            )
+            if unread > 0:
+                print(
+                    f"Poller reported the big job's logs drained with {human_bytes(unread)} still unread "
+                    f"(MAX_DRAIN_CYCLES={poller_module.MAX_DRAIN_CYCLES}): a trigger would fire and stop "
+                    "streaming there.\n"
+                )
+            else:
+                print("Poller reported the big job's logs drained once every byte had been read.\n")
         return raw
     finally:
         await run_.cancel_all()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -24,60 +23,14 @@ from pathlib import Path
 import asyncssh
 
 from benchmarks.cluster import ClusterEnv, SshdLog, local_port, rpc_delta, rpc_snapshot
+from benchmarks.counting import Call, CountingHook
 from benchmarks.jobs import CONN_ID, BenchJob, BenchRun
-from benchmarks.report import p50, pmax
-from npa_airflow.exceptions import NpaError
 from npa_airflow.slurm import hook as hook_module
-from npa_airflow.slurm.commands import TAIL_MARK
-from npa_airflow.slurm.hook import CommandResult, SlurmHook
+from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import get_poller, reset_pollers
 from npa_airflow.slurm.triggers import SlurmJobTrigger
 
 MAX_FINISHERS = 8
-
-
-@dataclass
-class Call:
-    cycle: int
-    kind: str
-    job_ids: int
-    stdout_bytes: int
-
-
-class CountingHook(SlurmHook):
-    """SlurmHook that records every remote command it sends (kind, ids carried, bytes received)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: list[Call] = []
-        self.cycle = lambda: 0
-
-    async def arun(self, argv, **kwargs) -> CommandResult:  # type: ignore[override]
-        kind, ids = classify(argv)
-        stdout_bytes = 0
-        try:
-            result = await super().arun(argv, **kwargs)
-            stdout_bytes = len(result.stdout)
-            return result
-        finally:
-            self.calls.append(Call(self.cycle(), kind, ids, stdout_bytes))
-
-
-def classify(argv) -> tuple[str, int]:
-    if isinstance(argv, str):
-        if TAIL_MARK in argv:
-            return "tail", 0
-        if ".npa-offsets" in argv:
-            return "offsets", 0
-        return "shell", 0
-    name = argv[0]
-    ids = 0
-    for i, arg in enumerate(argv):
-        if arg == "-j" and i + 1 < len(argv):
-            ids = len(argv[i + 1].split(","))
-        elif arg.startswith("--jobs="):
-            ids = len(arg.split("=", 1)[1].split(","))
-    return name, ids
 
 
 @dataclass
@@ -372,147 +325,3 @@ async def measure(env: ClusterEnv, n: int, *, interval: float, baseline_max: int
     finally:
         await run.cancel_all()
         await run.remove_files()
-
-
-def _window_row(n: int, label: str, w: Window, max_state: object, ids: object, setup: object) -> list[object]:
-    return [
-        n,
-        label,
-        w.cycles,
-        w.connections_held,
-        w.connections_opened,
-        setup,
-        w.per_cycle(w.ssh_sessions),
-        max_state,
-        ids,
-        w.per_cycle(sum(w.own_ctld.values())),
-        w.per_cycle(sum(w.own_dbd.values())),
-        w.per_cycle(w.ctld_total),
-        w.per_cycle(sum(w.slurmdbd.values())),
-        _ms(w.per_cycle(w.cpu_seconds)),
-        w.foreign_sessions,
-    ]
-
-
-def summary_rows(ours: OursResult, base: BaselineResult | None) -> list[list[object]]:
-    rows = [
-        _window_row(ours.n, "npa poller", ours.window, ours.max_state_commands_per_cycle, ours.max_ids_per_query, None)
-    ]
-    if base is not None:
-        rows.append(_window_row(base.n, "baseline: conn per trigger", base.window, base.n, 1, base.connect_seconds))
-    return rows
-
-
-SUMMARY_HEADERS = [
-    "N",
-    "watcher",
-    "cycles",
-    "SSH conns held",
-    "SSH conns opened",
-    "conn setup s",
-    "SSH commands/cycle",
-    "max state cmds in a cycle",
-    "job ids per query",
-    "slurmctld RPCs/cycle (own)",
-    "slurmdbd RPCs/cycle (own)",
-    "slurmctld RPCs/cycle (all clients)",
-    "slurmdbd RPCs/cycle (all clients)",
-    "CPU ms/cycle",
-    "foreign SSH sessions in window",
-]
-
-
-def latency_row(ours: OursResult) -> list[object]:
-    return [
-        ours.n,
-        ours.interval,
-        len(ours.latencies),
-        p50(ours.latencies),
-        pmax(ours.latencies),
-        ours.interval + 2,
-        ours.disturbed,
-        "yes" if ours.latencies and max(ours.latencies) <= ours.interval + 2 else "NO",
-    ]
-
-
-LATENCY_HEADERS = [
-    "N",
-    "poll interval s",
-    "jobs ended",
-    "p50 s",
-    "max s",
-    "target s",
-    "disturbed (excluded)",
-    "within target",
-]
-
-
-def rpc_rows(ours: OursResult, base: BaselineResult | None) -> list[list[object]]:
-    rows = []
-    for label, window in (("npa poller", ours.window), ("baseline", base.window if base else None)):
-        if window is None:
-            continue
-        own = ", ".join(f"{k} {v}" for k, v in sorted(window.own_commands.items()))
-        attributed = ", ".join(f"{k} {v}" for k, v in (window.own_ctld + window.own_dbd).most_common())
-        rows.append([ours.n, label, window.cycles, own or "none", attributed or "none"])
-    return rows
-
-
-RPC_HEADERS = ["N", "watcher", "cycles", "state commands sent in window", "their RPCs by type (calibrated)"]
-
-
-def cost_rows(costs: dict[str, tuple[Counter, Counter]]) -> list[list[object]]:
-    return [
-        [shape, ", ".join(f"{k} {v}" for k, v in sorted(ctld.items())) or "none",
-         ", ".join(f"{k} {v}" for k, v in sorted(dbd.items())) or "none"]
-        for shape, (ctld, dbd) in costs.items()
-    ]  # fmt: skip
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1000
-
-
-async def run(env: ClusterEnv, ns: Sequence[int], interval: float, baseline_max: int, baseline_cycles: int) -> dict:
-    from benchmarks.report import table
-
-    summary, latency, rpcs, raw = [], [], [], {}
-    costs: dict = {}
-    for n in ns:
-        print(f"... monitoring N={n}", file=sys.stderr, flush=True)
-        for attempt in (1, 2, 3):
-            try:
-                ours, base, costs = await measure(
-                    env, n, interval=interval, baseline_max=baseline_max, baseline_cycles=baseline_cycles
-                )
-                break
-            except NpaError as exc:  # the cluster is shared: another suite may restart slurmctld under us
-                if attempt == 3:
-                    raise
-                print(f"!!! N={n} failed ({exc}); retrying in 20 s", file=sys.stderr, flush=True)
-                await asyncio.sleep(20)
-        summary += summary_rows(ours, base)
-        latency.append(latency_row(ours))
-        rpcs += rpc_rows(ours, base)
-        raw[n] = {"ours": ours, "baseline": base, "costs": costs}
-    print(
-        table(
-            "Monitoring cost per poll cycle",
-            SUMMARY_HEADERS,
-            summary,
-            f"Baseline run only up to N={baseline_max} ({baseline_cycles} cycles); interval {interval} s. "
-            "'own' RPCs = the commands this client sent x their calibrated per-command cost (table below); "
-            "'all clients' = sdiag / sacctmgr-stats deltas over the window, including everyone else on the "
-            "shared cluster (see the foreign SSH sessions column).",
-        )
-    )
-    print(table("Detection latency (job's last line -> trigger event)", LATENCY_HEADERS, latency))
-    print(table("State commands and their RPCs in the measured window", RPC_HEADERS, rpcs))
-    print(
-        table(
-            "Calibrated RPC cost of one command (last N's jobs)",
-            ["command", "slurmctld RPCs", "slurmdbd RPCs"],
-            cost_rows(costs),
-        )
-    )
-    return raw
