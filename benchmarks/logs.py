@@ -121,7 +121,7 @@ async def run(env: ClusterEnv, log_mb: int) -> dict:
                 f"{poller.stats.cycles} cycles, {len(tails)} tail commands (one per cycle for both files), "
                 f"{human_bytes(wire)} of tail output (before SSH) for {human_bytes(data)} of log data "
                 f"(framing + base64: {human_bytes(wire - data)}, {(wire - data) / max(1, len(tails)):.0f} B per "
-                f"command); per-file cap per poll {human_bytes(poller_module.TAIL_MAX_BYTES)}.",
+                f"command); per-file cap per poll {human_bytes(poller_module.tail_budget(2))}.",
             )
         )
         big_stats = stats["big"]

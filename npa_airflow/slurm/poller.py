@@ -36,9 +36,16 @@ MAX_INTERVAL_SECONDS = 60.0  # slowest cadence (long PENDING, repeated connectio
 FAST_WINDOW_SECONDS = 60.0  # right after submit: poll at the floor to see the first state changes quickly
 LONG_PENDING_SECONDS = 300.0  # pending longer than this: poll 4x slower (pending for hours is normal)
 IDLE_STOP_SECONDS = 5.0  # the loop ends after this long without registrations
-MAX_DRAIN_CYCLES = 20  # a finished job whose log keeps growing past max_bytes per cycle: stop after this
+MAX_STALLED_DRAIN_CYCLES = 3  # a finished job's log that stops yielding bytes (unreadable): give up after this
 OFFSETS_SUFFIX = ".npa-offsets"
-TAIL_MAX_BYTES = 1 << 20  # per file per cycle
+TAIL_TOTAL_BYTES = 32 << 20  # per cycle, all files together: bounds the triggerer's memory at any job count
+TAIL_FILE_MIN_BYTES = 64 << 10
+TAIL_FILE_MAX_BYTES = 8 << 20
+
+
+def tail_budget(files: int) -> int:
+    """Bytes each file may return in one cycle: a share of the total, within sane per-file bounds."""
+    return max(TAIL_FILE_MIN_BYTES, min(TAIL_FILE_MAX_BYTES, TAIL_TOTAL_BYTES // max(files, 1)))
 
 
 def offsets_file_for(stdout_path: str) -> str:
@@ -86,7 +93,7 @@ class Registration:
     state_since: float = field(default_factory=time.monotonic)
     ever_started: bool = False
     offsets_loaded: bool = False
-    drain_cycles: int = 0
+    stalled_drain_cycles: int = 0
     delivered_cycle: int = 0  # last cycle that handed this trigger log bytes
     acked_cycle: int = 0  # last cycle whose lines the trigger has written (and committed)
 
@@ -104,6 +111,8 @@ class Registration:
         return json.dumps({c.path: c.committed for c in self.cursors}, sort_keys=True)
 
     def desired_interval(self, now_wall: float, now_mono: float) -> float:
+        if self.state.is_terminal:  # only its log is left to drain: fetch the rest quickly
+            return FLOOR_SECONDS
         if self.submitted_at is not None and now_wall - self.submitted_at < FAST_WINDOW_SECONDS:
             return FLOOR_SECONDS
         if self.state is JobState.PENDING and now_mono - self.state_since > LONG_PENDING_SECONDS:
@@ -263,7 +272,7 @@ class SlurmPoller:
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), IDLE_STOP_SECONDS)
-                except TimeoutError:
+                except asyncio.TimeoutError:  # a distinct class before Python 3.11
                     pass
                 continue
             idle_since = None
@@ -283,7 +292,7 @@ class SlurmPoller:
                 remaining = FLOOR_SECONDS - (time.monotonic() - started)
                 if remaining > 0:
                     await asyncio.sleep(remaining)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # a distinct class before Python 3.11
                 pass
 
     def _next_delay(self) -> float:
@@ -337,9 +346,10 @@ class SlurmPoller:
             mine = tuple(chunks.get(id(reg), ()))
             drained = True
             if reg.state.is_terminal and reg in tailing:
-                reg.drain_cycles += 1
                 unread = bool(log_error) or any(ch.offset < ch.size for ch in mine)
-                drained = not unread or reg.drain_cycles >= MAX_DRAIN_CYCLES
+                progressed = any(ch.data for ch in mine)
+                reg.stalled_drain_cycles = 0 if progressed else reg.stalled_drain_cycles + 1
+                drained = not unread or reg.stalled_drain_cycles >= MAX_STALLED_DRAIN_CYCLES
             error = None
             if info is None:
                 error = f"job {reg.job_id} not found by sacct or squeue yet; state unknown"
@@ -434,7 +444,7 @@ class SlurmPoller:
             if reg.offsets_file and any(c.committed != c.persisted for c in reg.cursors):
                 commits.append((reg.offsets_file, reg.offsets_payload()))
                 committing.append((reg, {c.path: c.committed for c in reg.cursors}))
-        script = build_tail_logs(requests, TAIL_MAX_BYTES)
+        script = build_tail_logs(requests, tail_budget(len(requests)))
         if commits:
             script = build_commit_offsets(commits) + "; " + script
         self.stats.log_queries += 1

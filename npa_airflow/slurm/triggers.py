@@ -221,7 +221,7 @@ class SlurmJobTrigger(BaseTrigger):
             return None
         try:
             return await asyncio.wait_for(reg.queue.get(), remaining)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # a distinct class before Python 3.11
             return None
 
     def _log_line(self, label: str, line: str) -> None:

@@ -225,15 +225,15 @@ async def test_restart_resumes_from_persisted_offsets(double, tmp_path):
 
 
 async def test_finished_job_with_more_log_than_one_read_is_not_drained(double, tmp_path, monkeypatch):
-    monkeypatch.setattr(poller_mod, "TAIL_MAX_BYTES", 4)
+    monkeypatch.setattr(poller_mod, "tail_budget", lambda files: 4)
     out = tmp_path / "big.out"
-    out.write_bytes(b"0123456789")
+    out.write_bytes(b"0123456789" * 10)  # 25 reads: more cycles than any fixed drain limit would allow
     double.states["3"] = JobState.COMPLETE
     poller = SlurmPoller("c1", lambda _: double, autostart=False)
     reg = poller.register("3", log_offsets=[(str(out), 0)])
     seen = b""
     drained = False
-    for _ in range(5):
+    for _ in range(30):
         await poller.cycle()
         (update,) = drain(reg)
         seen += b"".join(c.data for c in update.chunks)
@@ -241,7 +241,13 @@ async def test_finished_job_with_more_log_than_one_read_is_not_drained(double, t
             drained = True
             break
         assert update.state is JobState.COMPLETE
-    assert drained and seen == b"0123456789"
+    assert drained and seen == b"0123456789" * 10
+
+
+def test_tail_budget_bounds_a_cycle_whatever_the_job_count():
+    assert poller_mod.tail_budget(1) == poller_mod.TAIL_FILE_MAX_BYTES
+    assert poller_mod.tail_budget(1000) * 1000 <= poller_mod.TAIL_TOTAL_BYTES + 1000 * poller_mod.TAIL_FILE_MIN_BYTES
+    assert poller_mod.tail_budget(100_000) == poller_mod.TAIL_FILE_MIN_BYTES
 
 
 async def test_log_tail_failure_keeps_state_and_retries_same_offsets(double, tmp_path):
