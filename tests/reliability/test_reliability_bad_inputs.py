@@ -116,6 +116,7 @@ def cluster_session(slurm_cluster, keys):
     SESSION["run_id"] = f"manual__bad-inputs-{uuid.uuid4().hex[:8]}"
     SESSION["results_root"] = f"{slurm_cluster.shared}/tests/bad-inputs-{uuid.uuid4().hex[:8]}"
     SESSION["missing_input"] = f"{slurm_cluster.shared}/data/no-such-dataset"
+    SESSION["cluster_dir"] = slurm_cluster.dir
     wrong = keys / "wrong_known_hosts"
     wrong.write_text(f"[127.0.0.1]:{slurm_cluster.port} {(keys / 'other.pub').read_text()}")
     conn = json.loads(slurm_cluster.conn_uri_json)

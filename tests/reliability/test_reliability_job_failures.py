@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from harness import airflow_home, jobs_settled, record_figures, run_dag_test, sacct_jobs
+from reliability_harness import airflow_home, jobs_settled, record_figures, run_dag_test, sacct_jobs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

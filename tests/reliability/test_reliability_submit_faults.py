@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from harness import (
+from reliability_harness import (
     REPO,
     collecting_logger,
     context,
@@ -121,7 +121,7 @@ def test_task_process_killed_after_submit_next_try_reattaches(slurm_cluster, clu
                 f"""
                 import sys
                 sys.path[:0] = [{str(REPO)!r}, {str(Path(__file__).parent)!r}]
-                from harness import context, make_operator
+                from reliability_harness import context, make_operator
                 op = make_operator(command="sleep 20; echo finished", deferrable=False)
                 ctx = context({dag_id!r}, try_number=1, run_id={run_id!r})
                 op.render_template_fields(ctx)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import (
+from reliability_harness import (
     REPO,
     collecting_logger,
     context,
@@ -262,11 +262,6 @@ def test_binary_and_invalid_utf8_output_does_not_break_streaming(slurm_cluster):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect 3: after the job ends the poller reads at most MAX_DRAIN_CYCLES x 1 MiB per file, then the "
-    "trigger fires as if the log were complete: ~31 of 51.7 MB never reach the task log (docs/reliability.md)",
-)
 def test_50_mb_of_output_streams_completely(slurm_cluster):
     lines = 51_200  # 1,009 bytes each: 51.7 MB
     command = f"for i in $(seq 1 {lines}); do printf 'line-%07d %01000d\\n' \"$i\" 0; done; echo end-of-output"
