@@ -23,6 +23,8 @@ from npa_airflow.exceptions import NpaConnectionError, NpaError
 EVENT_STATUSES = ("success", "failed", "canceled", "deadline")
 LOG_DRAIN_SECONDS = 30.0
 MAX_UNREACHABLE_SECONDS = 1800.0
+TEARDOWN_ATTEMPTS = 3
+TEARDOWN_RETRY_SECONDS = 5.0
 _TOLERATED_ON_CANCEL = ("ClusterDoesNotExist", "ClusterNotUpError")
 
 
@@ -211,7 +213,8 @@ def cancel_steps(
 ) -> Generator[Step, Any, None]:
     """Cancel the launch request or the job, then tear the cluster down when the policy says so.
 
-    Yields ``("statuses", [ids])``, ``("cancel", [ids])``, ``("get", id)``, ``("call", ApiRequest)`` and
+    Yields ``("statuses", [ids])``, ``("cancel", [ids])``, ``("get", id)``, ``("call", ApiRequest)``,
+    ``("sleep", seconds)`` and
     receives each answer (or the exception it raised). Every step tolerates "already gone".
     """
     job_id = handle.job_id
@@ -232,11 +235,27 @@ def cancel_steps(
         else:
             log.info("Cancelled SkyPilot job %s on cluster %s", job_id, handle.cluster)
     if teardown and handle.tears_down:
-        answer = yield ("call", sky.build_down(identity, handle.cluster))
-        if isinstance(answer, Exception):
-            log.info("Teardown of cluster %s: %s", handle.cluster, answer)
-        else:
-            log.info("Cluster %s torn down", handle.cluster)
+        for attempt in range(1, TEARDOWN_ATTEMPTS + 1):
+            answer = yield ("call", sky.build_down(identity, handle.cluster))
+            if not isinstance(answer, Exception):
+                log.info("Cluster %s torn down", handle.cluster)
+                break
+            if getattr(answer, "error_type", None) == "ClusterDoesNotExist":
+                log.info("Cluster %s is already gone", handle.cluster)
+                break
+            if attempt == TEARDOWN_ATTEMPTS:
+                log.warning(
+                    "Teardown of cluster %s failed %d times (%s); it may still hold nodes: take it down with "
+                    "`sky down %s` against %s",
+                    handle.cluster,
+                    attempt,
+                    answer,
+                    handle.cluster,
+                    handle.endpoint,
+                )
+                break
+            log.info("Teardown of cluster %s failed (%s); retrying", handle.cluster, answer)
+            yield ("sleep", TEARDOWN_RETRY_SECONDS * attempt)
     elif teardown:
         log.info("Cluster %s kept (teardown=%s)", handle.cluster, handle.teardown)
 
@@ -259,6 +278,9 @@ def run_steps(client: sky.SkyPilotClient, steps: Generator[Step, Any, None]) -> 
                 answer = client.cancel_requests(arg)
             elif op == "get":
                 answer = client.get(arg, timeout=120)
+            elif op == "sleep":
+                time.sleep(arg)
+                answer = None
             else:
                 answer = client.call(arg, timeout=600)
         except Exception as exc:
@@ -281,6 +303,9 @@ async def arun_steps(client: sky.AsyncSkyPilotClient, steps: Generator[Step, Any
                 answer = await client.cancel_requests(arg)
             elif op == "get":
                 answer = await client.get(arg, timeout=120)
+            elif op == "sleep":
+                await asyncio.sleep(arg)
+                answer = None
             else:
                 answer = await client.call(arg, timeout=600)
         except Exception as exc:

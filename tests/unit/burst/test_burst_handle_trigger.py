@@ -129,10 +129,20 @@ def test_cancel_of_a_known_job_and_kept_cluster():
     assert paths(asked) == [("call", "/cancel")]
 
 
-def test_teardown_only_after_a_normal_ending_and_errors_are_tolerated():
+def test_teardown_only_after_a_normal_ending_and_a_gone_cluster_is_fine():
     gone = sky.SkyPilotApiError("gone", error_type="ClusterDoesNotExist")
     asked = drive(cancel_steps(handle(job_id=2), IDENT, LOG, cancel=False), [gone])
     assert paths(asked) == [("call", "/down")]
+
+
+def test_a_failed_teardown_is_retried_then_reported(caplog):
+    flaky = sky.SkyPilotApiError("scancel failed", error_type="CommandError")
+    asked = drive(cancel_steps(handle(job_id=2), IDENT, LOG, cancel=False), [flaky, None, None])
+    assert paths(asked) == [("call", "/down"), ("sleep", 5.0), ("call", "/down")]
+    with caplog.at_level(logging.WARNING, logger="test"):
+        asked = drive(cancel_steps(handle(job_id=2), IDENT, LOG, cancel=False), [flaky, None, flaky, None, flaky])
+    assert [op for op, _ in asked] == ["call", "sleep", "call", "sleep", "call"]
+    assert "may still hold nodes" in caplog.text
 
 
 def test_probe_operator_runs_the_slurm_sides_all_reduce_script_under_the_launcher():
