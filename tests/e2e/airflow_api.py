@@ -109,6 +109,14 @@ class AirflowApi:
 
         return poll(probe, timeout, f"{dag_id}.{task_id} in {sorted(wanted)}")
 
+    def log_lines_while_unfinished(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[str]:
+        """The task log, failing at once (with the log) if the task instance has already ended."""
+        lines = self.log_lines(dag_id, run_id, task_id, try_number)
+        state = self.task_instance(dag_id, run_id, task_id)["state"]
+        if state in TERMINAL_TI_STATES:
+            raise AirflowApiError(f"{task_id} ended {state} while waiting for its log; log:\n" + "\n".join(lines))
+        return lines
+
     def set_state(self, dag_id: str, run_id: str, task_id: str, new_state: str) -> list[dict]:
         """PATCH new_state: what "Mark as failed/success" does in the UI."""
         r = self.request("PATCH", self._ti_path(dag_id, run_id, task_id), json={"new_state": new_state})

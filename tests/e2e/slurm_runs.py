@@ -27,7 +27,7 @@ def start_job(api: AirflowApi, seconds: int) -> tuple[str, dict, str]:
 
 def wait_for_ticks(api: AirflowApi, run_id: str, try_number: int, at_least: int, timeout: float = 90) -> list[str]:
     def probe():
-        lines = api.log_lines(DAG_ID, run_id, TASK_ID, try_number)
+        lines = api.log_lines_while_unfinished(DAG_ID, run_id, TASK_ID, try_number)
         return lines if len(ticks(lines)) >= at_least else None
 
     return poll(probe, timeout, f"{at_least} ticks of the remote job in the task log", interval=1)

@@ -47,7 +47,7 @@ def test_burst_live_log_link_and_mark_failed_cancels(api, skypilot_server, skypi
     assert link, "no 'SkyPilot cluster' extra link while the task waits"
 
     def ticks_in_log():
-        lines = api.log_lines(DAG_ID, run_id, TASK_ID, ti["try_number"])
+        lines = api.log_lines_while_unfinished(DAG_ID, run_id, TASK_ID, ti["try_number"])
         found = [int(m.group(1)) for line in lines if (m := TICK.search(line))]
         return found if len(found) >= 3 else None
 

@@ -24,6 +24,7 @@ with DAG(dag_id="npa_e2e_burst", schedule=None, catchup=False, tags=["npa-e2e"])
         envs={"NPA_TICKS": "600"},
         infra="slurm/npa-local",
         cluster_name="npa-e2e-burst-ui",
+        master_port=29731,  # every "node" of the local cluster is this host: keep off torchrun's default port
         poll_interval=2,
         deadline=900,
         retries=0,
