@@ -1,7 +1,8 @@
 """Secret canary: a unique token in every credential the provider handles must surface nowhere.
 
-Slurm: the HF token (delivered through the mode-600 sidecar) and the passphrase of the connection's SSH
-key. Burst: the registry password (SkyPilot docker login secret) and the SkyPilot API token. Each pipeline
+Slurm: the HF token (delivered through the mode-600 sidecar), the passphrase of the connection's SSH
+key, and a registry password installed for Enroot (whose one legitimate home is Enroot's mode-600
+credentials file). Burst: the registry password (SkyPilot docker login secret) and the SkyPilot API token. Each pipeline
 runs through ``dag.test()`` in a subprocess with its own AIRFLOW_HOME, so the task logs, XComs and
 rendered template fields are the real ones in the real metadata DB. Afterwards the token is searched
 for, byte by byte, in: the dag.test() output (task logs), every file under AIRFLOW_HOME (logs and the
@@ -33,6 +34,8 @@ CANARY = f"npacanary{uuid.uuid4().hex}"
 HF_TOKEN = f"hf_{CANARY}hf"
 PASSPHRASE = f"pass-{CANARY}"
 REGISTRY_PASSWORD = f"reg-{CANARY}"
+ENROOT_PASSWORD = f"ngc-{CANARY}"
+ENROOT_CONN = "npa_canary_registry"
 SKYPILOT_TOKEN = f"sky-{CANARY}"
 
 RUNNER = textwrap.dedent(
@@ -118,8 +121,9 @@ def test_slurm_pipeline_leaks_neither_hf_token_nor_key_passphrase(slurm_cluster,
     slurm_conn["extra"]["key_file"] = str(key)
     slurm_conn["extra"]["results_root"] = results_root
     hf_conn = {"conn_type": "generic", "host": "huggingface.co", "login": "hf", "password": HF_TOKEN}
+    registry = {"conn_type": "generic", "host": "registry.example.com", "login": "robot", "password": ENROOT_PASSWORD}
     home = tmp_path / "airflow"
-    env = airflow_env(home, slurm_canary=slurm_conn, hf_canary=hf_conn)
+    env = airflow_env(home, slurm_canary=slurm_conn, hf_canary=hf_conn, **{ENROOT_CONN: registry})
     digest = hashlib.sha256(HF_TOKEN.encode()).hexdigest()
     # The job checks the token by digest and reports the sidecar's mode; it prints the token nowhere.
     command = (
@@ -132,6 +136,7 @@ def test_slurm_pipeline_leaks_neither_hf_token_nor_key_passphrase(slurm_cluster,
         f"""
         import pendulum
         from airflow.sdk import DAG
+        from npa_airflow.slurm.containers import SlurmEnrootCredentialsOperator
         from npa_airflow.slurm.operators import SlurmSubmitOperator
 
         START = pendulum.datetime(2026, 1, 1)
@@ -141,18 +146,34 @@ def test_slurm_pipeline_leaks_neither_hf_token_nor_key_passphrase(slurm_cluster,
                 time_hours=0.1, poll_interval=2, secret_env={{"HF_TOKEN": "conn:hf_canary"}},
                 command={command!r},
             )
+            SlurmEnrootCredentialsOperator(
+                task_id="enroot_credentials", registry_conn_id={ENROOT_CONN!r}, slurm_conn_id="slurm_canary"
+            )
         """
     )
-    states, output = run_dag(env, migrated_db, dag_source)
-    assert states == {"train": "success"}, output[-5000:]
+    user_home = cluster_ssh("echo $HOME", check=True).stdout.strip()
+    credentials = f"{user_home}/.config/enroot/.credentials"
+    try:
+        states, output = run_dag(env, migrated_db, dag_source)
+        in_cluster = sorted(set(find_canary([slurm_cluster.dir, user_home])))
+        mode = cluster_ssh(f"stat -c %a {credentials}").stdout.strip()
+    finally:  # take our block out of the cluster user's Enroot credentials again
+        begin, end = f"# >>> npa-airflow {ENROOT_CONN} >>>", f"# <<< npa-airflow {ENROOT_CONN} <<<"
+        cluster_ssh(
+            f"f={credentials}; [ -f $f ] && awk -v b='{begin}' -v e='{end}' "
+            "'$0==b{skip=1;next} $0==e{skip=0;next} !skip' $f > $f.tmp && chmod 600 $f.tmp && mv -f $f.tmp $f"
+        )
+    assert states == {"train": "success", "enroot_credentials": "success"}, output[-5000:]
     assert "token-delivered" in output and "sidecar-mode 600" in output  # streamed from the job's stdout
 
     leaks = {
         "dag.test output (task logs)": CANARY in output,
         "AIRFLOW_HOME (logs, metadata DB with XCom and rendered fields)": find_canary([str(home)]),
-        "cluster files": find_canary([slurm_cluster.dir]),
+        # the one place a credential belongs: Enroot's own credentials file (mode 600), checked below
+        "cluster files": [f for f in in_cluster if f != credentials],
     }
     assert not any(leaks.values()), f"the canary leaked: {leaks}"
+    assert in_cluster == [credentials] and mode == "600", (in_cluster, mode)
     listing = cluster_ssh(f"ls -A {results_root}/sidecars", check=True).stdout.split()
     assert listing == [], f"sidecar left behind: {listing}"
 
