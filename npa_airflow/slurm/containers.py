@@ -609,6 +609,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         if index >= len(self.knob_sets):
             raise _fail(f"probe job {handle.job_name} names knob set {index}, but only {len(self.knob_sets)} exist")
         knobs = self.knob_sets[index]
+        self._knob_index = index  # this instance now names the same job as the event (the base compares names)
         outcome = classify_probe_event(event)
         if outcome == "ok":
             self._done = True
