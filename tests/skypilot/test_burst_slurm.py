@@ -60,6 +60,7 @@ async def test_kill_cancels_and_tears_down_but_a_triggerer_restart_does_not(skyp
         gpu_per_node="GPU:1",
         entrypoint="python3 -c 'import time; time.sleep(900)'",
         name="cancel-me",
+        master_port=29723,
         infra=skypilot_slurm,
     )
     task = build_task(spec, render_launcher(spec))

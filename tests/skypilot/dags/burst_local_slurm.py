@@ -27,6 +27,7 @@ with DAG("npa_burst_slurm_allreduce", schedule=None, start_date=pendulum.datetim
         envs={"NPA_PROBE_COLLECTIVE_TIMEOUT": "120"},
         infra="slurm/npa-local",
         cluster_name="npa-e2e-allreduce",
+        master_port=29721,  # every "node" of the local cluster is this host: keep off torchrun's default port
         poll_interval=2,
         deadline=900,
         retries=0,
@@ -41,6 +42,7 @@ with DAG("npa_burst_slurm_deadline", schedule=None, start_date=pendulum.datetime
         entrypoint="python3 -c 'import time; time.sleep(900)'",
         infra="slurm/npa-local",
         cluster_name="npa-e2e-deadline",
+        master_port=29722,
         poll_interval=2,
         deadline=120,
         retries=0,
