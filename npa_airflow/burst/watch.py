@@ -23,6 +23,7 @@ from npa_airflow.exceptions import NpaConnectionError, NpaError
 EVENT_STATUSES = ("success", "failed", "canceled", "deadline")
 LOG_DRAIN_SECONDS = 30.0
 MAX_UNREACHABLE_SECONDS = 1800.0
+MAX_CONSECUTIVE_API_ERRORS = 5
 TEARDOWN_ATTEMPTS = 3
 TEARDOWN_RETRY_SECONDS = 5.0
 _TOLERATED_ON_CANCEL = ("ClusterDoesNotExist", "ClusterNotUpError")
@@ -159,6 +160,7 @@ async def watch_job(
         logs = sky.build_logs(client.identity, handle.cluster, handle.job_id, follow=True)
         stream = asyncio.ensure_future(_pump(client.stream_lines(logs), log, ""))
     native: str | None = None
+    api_errors = 0
     try:
         while True:
             try:
@@ -175,7 +177,15 @@ async def watch_job(
             except sky.SkyPilotApiError as exc:
                 if exc.error_type in _TOLERATED_ON_CANCEL:
                     return make_event("failed", handle, f"cluster {handle.cluster} is gone: {exc}", native)
-                raise
+                # The server could not reach the cluster this time (e.g. the scheduler timed out): retry
+                # a few polls before calling the job's state unknown-and-failed.
+                api_errors += 1
+                if api_errors >= MAX_CONSECUTIVE_API_ERRORS:
+                    return make_event("failed", handle, f"job status unavailable {api_errors} times: {exc}", native)
+                log.warning("Job status of %s on %s failed (%s); retrying", handle.job_id, handle.cluster, exc)
+                await asyncio.sleep(poll_interval)
+                continue
+            api_errors = 0
             state = sky.interpret_job_state(native)
             if state.is_terminal:
                 break

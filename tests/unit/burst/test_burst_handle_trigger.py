@@ -158,3 +158,51 @@ def test_probe_operator_runs_the_slurm_sides_all_reduce_script_under_the_launche
     task = build_task(spec, render_launcher(spec))
     assert task["envs"] == {"NPA_PROBE_COLLECTIVE_TIMEOUT": "60"}
     assert task["run"].rstrip().endswith('--master-port="$MASTER_PORT" \\\n  nccl_allreduce_probe.py')
+
+
+class ScriptedClient:
+    """Stand-in for AsyncSkyPilotClient at the HTTP boundary: answers job_status calls from a script."""
+
+    identity = IDENT
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.calls = 0
+
+    async def call(self, request, timeout=None):
+        self.calls += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+async def test_watch_retries_a_transient_job_status_failure_then_reports_the_end():
+    from npa_airflow.burst.watch import watch_job
+
+    flaky = sky.SkyPilotApiError("srun: Socket timed out", error_type="CommandError")
+    client = ScriptedClient([{"1": "PENDING"}, flaky, flaky, {"1": "RUNNING"}, {"1": "SUCCEEDED"}])
+    event = await watch_job(client, handle(job_id=1), poll_interval=0, deadline=None, stream_logs=False, log=LOG)
+    assert (event["status"], event["native_state"], client.calls) == ("success", "SUCCEEDED", 5)
+
+
+async def test_watch_gives_up_after_repeated_job_status_failures_and_on_a_gone_cluster():
+    from npa_airflow.burst.watch import MAX_CONSECUTIVE_API_ERRORS, watch_job
+
+    flaky = sky.SkyPilotApiError("boom", error_type="CommandError")
+    client = ScriptedClient([flaky] * MAX_CONSECUTIVE_API_ERRORS)
+    event = await watch_job(client, handle(job_id=1), poll_interval=0, deadline=None, stream_logs=False, log=LOG)
+    assert event["status"] == "failed" and "unavailable 5 times" in event["message"]
+    gone = sky.SkyPilotApiError("gone", error_type="ClusterDoesNotExist")
+    event = await watch_job(
+        ScriptedClient([gone]), handle(job_id=1), poll_interval=0, deadline=None, stream_logs=False, log=LOG
+    )
+    assert event["status"] == "failed" and "is gone" in event["message"]
+
+
+async def test_watch_fires_the_deadline_while_pending():
+    from npa_airflow.burst.watch import watch_job
+
+    client = ScriptedClient([{"1": "PENDING"}])
+    event = await watch_job(client, handle(job_id=1), poll_interval=0, deadline=1.0, stream_logs=False, log=LOG)
+    assert event["status"] == "deadline" and "PENDING" in event["message"]
