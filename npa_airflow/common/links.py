@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SLURM_XCOM_KEY = "slurm_job"
+SLURM_TRY_XCOM_KEY = "slurm_try"  # the try that is waiting on the job (tells a clear from a moved trigger)
 _URL_FIELDS = ("job_id", "cluster", "job_name", "login_host", "results_dir")
 
 

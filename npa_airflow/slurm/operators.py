@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from airflow.sdk import BaseOperator
 
-from npa_airflow.common.links import SLURM_XCOM_KEY, SlurmJobLink
+from npa_airflow.common.links import SLURM_TRY_XCOM_KEY, SLURM_XCOM_KEY, SlurmJobLink
 from npa_airflow.exceptions import (
     NpaAmbiguousSubmission,
     NpaConnectionError,
@@ -222,6 +222,7 @@ class SlurmJobOperatorBase(BaseOperator):
         handle = self._adopt_or_submit(context, hook, job)
         self._handle = handle
         context["ti"].xcom_push(key=SLURM_XCOM_KEY, value=handle.to_dict())
+        context["ti"].xcom_push(key=SLURM_TRY_XCOM_KEY, value=self.ti_identity(context)[4])
         self.log.info(
             "Slurm job %s (%s) on %s; stdout %s", handle.job_id, handle.job_name, handle.login_host, handle.stdout_path
         )
@@ -491,6 +492,11 @@ class SlurmJobOperatorBase(BaseOperator):
             raise AirflowException(
                 f"{job} did not finish before its deadline (max_wait / execution_timeout); it was cancelled"
             )
+        if status == "canceled" and handle.job_name != self.job_name_for_context(context):
+            # This try had reattached to an earlier try's job, and that job was cancelled: the user cleared the
+            # earlier try (its trigger's on_kill cancels). A clear means "run again": submit this try's own job.
+            self.log.warning("%s of an earlier try was cancelled (task cleared); submitting a new job", job)
+            return self.execute(context)
         self._done = True
         if status == "canceled":
             raise AirflowFailException(f"{job} was cancelled outside Airflow ({event.get('native_state')})")

@@ -319,7 +319,7 @@ class SlurmJobTrigger(BaseTrigger):
             self.log.error("Could not cancel Slurm job %s: %s", self.job_id, exc or type(exc).__name__)
 
     async def _cancel_if_still_ours(self) -> None:
-        if await self._task_still_deferred():
+        if await self._task_still_deferred() and not await self._task_restarted():
             self.log.info("on_kill for Slurm job %s ignored: the task is still deferred (trigger moved)", self.job_id)
             return
         hook = get_poller(self.conn_id).hook
@@ -356,6 +356,35 @@ class SlurmJobTrigger(BaseTrigger):
             return False
         states = _flatten_states(getattr(response, "task_states", None))
         return bool(states) and all(s == "deferred" for s in states)
+
+    async def _task_restarted(self) -> bool:
+        """True when a later try of the task is already waiting (the user cleared this one): not a move."""
+        ti = self.task_instance
+        if ti is None or not getattr(ti, "try_number", None):
+            return False
+        try:
+            from airflow.sdk.execution_time.comms import GetXCom
+            from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+            from npa_airflow.common.links import SLURM_TRY_XCOM_KEY
+
+            response = await asyncio.wait_for(
+                SUPERVISOR_COMMS.asend(
+                    GetXCom(
+                        key=SLURM_TRY_XCOM_KEY,
+                        dag_id=ti.dag_id,
+                        run_id=ti.run_id,
+                        task_id=ti.task_id,
+                        map_index=ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None,
+                    )
+                ),
+                5.0,
+            )
+            waiting_try = int(getattr(response, "value", None) or 0)
+        except Exception as exc:
+            self.log.debug("Could not read the waiting try (%s)", exc)
+            return False
+        return waiting_try > int(ti.try_number)
 
 
 def _flatten_states(value: Any) -> list[str]:

@@ -98,7 +98,10 @@ def test_clearing_a_waiting_task_cancels_the_slurm_job(api, wait_sacct):
         30,
         "the new try's job handle",
     )
-    wait_for_ticks(api, run_id, retry["try_number"], at_least=2)
+    # The new try may have reattached to the old job first (its lines are in this try's log too): wait for
+    # lines printed after the new job was seen, i.e. the new job's own output, before marking.
+    seen = len(ticks(api.log_lines_while_unfinished(DAG_ID, run_id, TASK_ID, retry["try_number"])))
+    wait_for_ticks(api, run_id, retry["try_number"], at_least=seen + 2)
     api.set_state(DAG_ID, run_id, TASK_ID, "failed")
     wait_sacct(str(new_job["job_id"]), ("CANCELLED", "COMPLETED"), timeout=30)
 
