@@ -113,11 +113,12 @@ def sacct_now(cluster_ssh) -> str:
 
 
 @pytest.fixture
-def convert_mem(slurm_cluster, cluster_admin) -> str:
+def convert_mem(slurm_cluster) -> str:
     """The seed's 7200M when the CPU nodes are that large; the loopback cluster's nodes may be configured
-    smaller, and Slurm refuses a job no node can hold."""
-    out = cluster_admin("scontrol --oneliner show node c1").stdout
-    real = int(out.split("RealMemory=", 1)[1].split()[0])
+    smaller, and Slurm refuses a job no node can hold. Read from slurm.conf: no controller round trip."""
+    conf = Path(slurm_cluster.slurm_conf).read_text()
+    line = next(ln for ln in conf.splitlines() if ln.startswith("NodeName=c1 "))
+    real = int(line.split("RealMemory=", 1)[1].split()[0])
     return f"{SEED_CONVERT_MEM_MB}M" if real >= SEED_CONVERT_MEM_MB else f"{min(2000, real // 2)}M"
 
 
