@@ -275,6 +275,8 @@ class SlurmHook(BaseHook):
         caller decides (sbatch reconciles by job name).
         """
         command = argv if isinstance(argv, str) else shlex.join(argv)
+        if "\x00" in command:  # sshd would cut the command at the NUL (and drop the connection): never send it
+            raise NpaValidationError(f"refusing to run a remote command containing a NUL byte: {_short(command)!r}")
         for attempt in (1, 2):
             conn, host, channels = await self._connection()
             started = False

@@ -81,6 +81,8 @@ def _check_text(field_name: str, value: object, *, allow_newlines: bool = True) 
         raise _fail(field_name, value, "must be a string")
     if "\x00" in value:
         raise _fail(field_name, value, "contains a NUL character; remove it")
+    if "\r" in value:  # sbatch refuses a whole script with DOS line breaks, after it was staged
+        raise _fail(field_name, value, "contains a carriage return (CR); use plain newlines")
     if not allow_newlines and ("\n" in value or "\r" in value):
         raise _fail(field_name, value, "must be a single line")
     return value

@@ -106,7 +106,9 @@ class StageOutcome:
 
 
 def parse_stage_output(stdout: str) -> StageOutcome:
-    missing = tuple(line[len(MISSING_PREFIX) :] for line in stdout.splitlines() if line.startswith(MISSING_PREFIX))
+    # Only "\n" ends a line here: str.splitlines() would also split a path at U+0085, U+2028, ...
+    lines = stdout.split("\n")
+    missing = tuple(line[len(MISSING_PREFIX) :] for line in lines if line.startswith(MISSING_PREFIX))
     if SBATCH_BEGIN not in stdout:
         return StageOutcome(missing=missing)
     after = stdout.split(SBATCH_BEGIN + "\n", 1)[1] if SBATCH_BEGIN + "\n" in stdout else ""
