@@ -76,6 +76,11 @@ _SLURM_FIELDS = {
 }
 
 _SKYPILOT_FIELDS = {
+    "user": {
+        "label": "User name",
+        "description": "The user requests are made as on the API server (default: airflow).",
+        "schema": {"type": ["string", "null"]},
+    },
     "token": {
         "label": "Service-account token",
         "description": "Bearer token for the SkyPilot API server (optional).",
@@ -120,7 +125,10 @@ def get_provider_info() -> dict:
             {"integration-name": "SkyPilot", "python-modules": ["npa_airflow.burst.sensors"]},
         ],
         "triggers": [
-            {"integration-name": "Slurm", "python-modules": ["npa_airflow.slurm.triggers"]},
+            {
+                "integration-name": "Slurm",
+                "python-modules": ["npa_airflow.slurm.triggers", "npa_airflow.slurm.convert_trigger"],
+            },
             {"integration-name": "SkyPilot", "python-modules": ["npa_airflow.burst.triggers"]},
         ],
         "connection-types": [
