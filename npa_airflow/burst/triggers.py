@@ -10,7 +10,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from npa_airflow.burst.handle import BurstJobHandle
 
-ON_KILL_TIMEOUT = 120.0
+ON_KILL_TIMEOUT = 25.0  # inside the triggerer's own bound ([triggerer] on_kill_timeout, 30 s)
 
 
 class BurstJobTrigger(BaseTrigger):
@@ -97,7 +97,7 @@ class BurstJobTrigger(BaseTrigger):
 
         try:
             async with await self._hook().aget_client() as client:
-                steps = cancel_steps(self._current, client.identity, self.log)
+                steps = cancel_steps(self._current, client.identity, self.log, wait=False)
                 await asyncio.wait_for(arun_steps(client, steps), timeout=ON_KILL_TIMEOUT)
         except Exception:
             self.log.exception("Cancelling burst job %s failed", self._current.to_json())

@@ -219,14 +219,25 @@ Step = tuple[str, Any]
 
 
 def cancel_steps(
-    handle: BurstJobHandle, identity: sky.Identity, log: logging.Logger, *, cancel: bool = True, teardown: bool = True
+    handle: BurstJobHandle,
+    identity: sky.Identity,
+    log: logging.Logger,
+    *,
+    cancel: bool = True,
+    teardown: bool = True,
+    wait: bool = True,
 ) -> Generator[Step, Any, None]:
     """Cancel the launch request or the job, then tear the cluster down when the policy says so.
 
     Yields ``("statuses", [ids])``, ``("cancel", [ids])``, ``("get", id)``, ``("call", ApiRequest)``,
-    ``("sleep", seconds)`` and
-    receives each answer (or the exception it raised). Every step tolerates "already gone".
+    ``("submit", ApiRequest)``, ``("sleep", seconds)`` and receives each answer (or the exception it raised).
+    Every step tolerates "already gone". With ``wait=False`` the job cancel and the teardown are only
+    submitted: the API server carries them out on its own, which fits a caller with a short time bound
+    (the triggerer gives ``on_kill`` 30 s; a teardown can take minutes).
     """
+    if not wait:
+        yield from _submit_cancel_steps(handle, identity, log, cancel=cancel, teardown=teardown)
+        return
     job_id = handle.job_id
     if cancel and job_id is None:
         answer = yield ("statuses", [handle.request_id])
@@ -270,6 +281,30 @@ def cancel_steps(
         log.info("Cluster %s kept (teardown=%s)", handle.cluster, handle.teardown)
 
 
+def _submit_cancel_steps(
+    handle: BurstJobHandle, identity: sky.Identity, log: logging.Logger, *, cancel: bool, teardown: bool
+) -> Generator[Step, Any, None]:
+    job_id = handle.job_id
+    if cancel and job_id is None and handle.request_id:  # quick lookups: the launch's status and result
+        answer = yield ("statuses", [handle.request_id])
+        launch = answer.get(handle.request_id) if isinstance(answer, dict) else None
+        if launch is not None and not launch.finished:
+            answer = yield ("cancel", [handle.request_id])
+            log.info("Cancelled launch request %s: %s", handle.request_id, answer)
+        elif launch is not None and launch.status == "SUCCEEDED":
+            result = yield ("get", handle.request_id)
+            if isinstance(result, sky.RequestResult) and isinstance(result.return_value, dict):
+                job_id = result.return_value.get("job_id")
+    if cancel and job_id is not None:
+        answer = yield ("submit", sky.build_cancel_job(identity, handle.cluster, int(job_id)))
+        log.info("Cancel of SkyPilot job %s on cluster %s requested: %s", job_id, handle.cluster, answer)
+    if teardown and handle.tears_down:
+        answer = yield ("submit", sky.build_down(identity, handle.cluster))
+        log.info("Teardown of cluster %s requested: %s", handle.cluster, answer)
+    elif teardown:
+        log.info("Cluster %s kept (teardown=%s)", handle.cluster, handle.teardown)
+
+
 def _tolerable(exc: Exception) -> bool:
     return isinstance(exc, NpaError)
 
@@ -291,6 +326,8 @@ def run_steps(client: sky.SkyPilotClient, steps: Generator[Step, Any, None]) -> 
             elif op == "sleep":
                 time.sleep(arg)
                 answer = None
+            elif op == "submit":
+                answer = client.submit(arg)
             else:
                 answer = client.call(arg, timeout=600)
         except Exception as exc:
@@ -316,6 +353,8 @@ async def arun_steps(client: sky.AsyncSkyPilotClient, steps: Generator[Step, Any
             elif op == "sleep":
                 await asyncio.sleep(arg)
                 answer = None
+            elif op == "submit":
+                answer = await client.submit(arg)
             else:
                 answer = await client.call(arg, timeout=600)
         except Exception as exc:

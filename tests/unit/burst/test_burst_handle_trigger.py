@@ -129,6 +129,17 @@ def test_cancel_of_a_known_job_and_kept_cluster():
     assert paths(asked) == [("call", "/cancel")]
 
 
+def test_without_waiting_the_cancel_and_teardown_are_only_submitted():
+    """The triggerer bounds on_kill (30 s): the API server must be left to finish cancel and teardown."""
+    asked = drive(cancel_steps(handle(job_id=2), IDENT, LOG, wait=False), ["r-cancel", "r-down"])
+    assert paths(asked) == [("submit", "/cancel"), ("submit", "/down")]
+    done = sky.RequestResult(request_id=RID, name="sky.launch", status="SUCCEEDED")
+    got = sky.RequestResult(request_id=RID, name="sky.launch", status="SUCCEEDED", return_value={"job_id": 4})
+    asked = drive(cancel_steps(handle(), IDENT, LOG, wait=False), [{RID: done}, got, "r-cancel", "r-down"])
+    assert paths(asked) == [("statuses", [RID]), ("get", RID), ("submit", "/cancel"), ("submit", "/down")]
+    assert asked[2][1].body["job_ids"] == [4]
+
+
 def test_teardown_only_after_a_normal_ending_and_a_gone_cluster_is_fine():
     gone = sky.SkyPilotApiError("gone", error_type="ClusterDoesNotExist")
     asked = drive(cancel_steps(handle(job_id=2), IDENT, LOG, cancel=False), [gone])
