@@ -72,11 +72,6 @@ dist.destroy_process_group()
 """
 
 
-def shell_exports(env: dict) -> str:
-    """`export K=V` lines (quoted) for the probe's environment; names were validated by the probe."""
-    return "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in sorted((env or {}).items())) or ":"
-
-
 with DAG(
     dag_id="slurm_training",
     schedule=None,
@@ -90,7 +85,7 @@ with DAG(
         "partition": Param("gpu", type="string"),
         "convert_mem": Param("7200M", type="string", description="conversion job memory (the seed's profile)"),
     },
-    user_defined_filters={"shell_exports": shell_exports, "q": shlex.quote},
+    user_defined_filters={"q": shlex.quote},
     default_args={"retries": 1, "retry_delay": timedelta(seconds=10)},
 ) as dag:
     preflight = SlurmPreflightOperator(
@@ -145,8 +140,7 @@ with DAG(
         image=convert.output,
         container_mounts=["{{ ti.xcom_pull(task_ids='stage_code')['mount'] }}"],
         inputs=["{{ params.dataset }}"],
-        # The probe's working NCCL environment, exported on every node before the command.
-        pre_commands=["{{ ti.xcom_pull(task_ids='probe') | shell_exports }}"],
+        environment=probe.output,  # the probe's working NCCL environment (e.g. {"NCCL_P2P_DISABLE": "1"})
         command=(
             # A port per job: on the loopback test cluster all "nodes" share one host.
             "torchrun --nnodes=$WORLD_SIZE --nproc-per-node=$NUM_GPU_PER_NODE --node-rank=$NODE_RANK "

@@ -701,7 +701,8 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         self.account = account
         self.image = image
         self.container_mounts = list(container_mounts)
-        self.environment = dict(environment or {})
+        # May be an XComArg (e.g. the NCCL probe's output): resolved when the template fields render.
+        self.environment = environment if environment is not None else {}
         self.extra_sbatch = list(extra_sbatch)
         self.requeue = requeue
         self.pre_commands = list(pre_commands)
@@ -772,7 +773,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             max_time_hours=None,  # checked against the real partition's MaxTime before submitting
             image=self.image,
             container_mounts=tuple(self.container_mounts),
-            environment=self.environment,
+            environment=dict(self.environment) if isinstance(self.environment, Mapping) else self.environment,
             extra_sbatch=tuple(self.extra_sbatch),
             requeue=self.requeue,
             pre_commands=tuple(self.pre_commands),
