@@ -240,15 +240,7 @@ def cancel_steps(
         return
     job_id = handle.job_id
     if cancel and job_id is None:
-        answer = yield ("statuses", [handle.request_id])
-        launch = answer.get(handle.request_id) if isinstance(answer, dict) else None
-        if launch is not None and not launch.finished:
-            answer = yield ("cancel", [handle.request_id])
-            log.info("Cancelled launch request %s: %s", handle.request_id, answer)
-        elif launch is not None and launch.status == "SUCCEEDED":
-            result = yield ("get", handle.request_id)
-            if isinstance(result, sky.RequestResult) and isinstance(result.return_value, dict):
-                job_id = result.return_value.get("job_id")
+        job_id = yield from _stop_launch(handle, log)
     if cancel and job_id is not None:
         answer = yield ("call", sky.build_cancel_job(identity, handle.cluster, int(job_id)))
         if isinstance(answer, Exception):
@@ -281,20 +273,26 @@ def cancel_steps(
         log.info("Cluster %s kept (teardown=%s)", handle.cluster, handle.teardown)
 
 
+def _stop_launch(handle: BurstJobHandle, log: logging.Logger) -> Generator[Step, Any, int | None]:
+    """Cancel a launch still in flight (quick requests); return the job id a finished launch created."""
+    answer = yield ("statuses", [handle.request_id])
+    launch = answer.get(handle.request_id) if isinstance(answer, dict) else None
+    if launch is not None and not launch.finished:
+        answer = yield ("cancel", [handle.request_id])
+        log.info("Cancelled launch request %s: %s", handle.request_id, answer)
+    elif launch is not None and launch.status == "SUCCEEDED":
+        result = yield ("get", handle.request_id)
+        if isinstance(result, sky.RequestResult) and isinstance(result.return_value, dict):
+            return result.return_value.get("job_id")
+    return None
+
+
 def _submit_cancel_steps(
     handle: BurstJobHandle, identity: sky.Identity, log: logging.Logger, *, cancel: bool, teardown: bool
 ) -> Generator[Step, Any, None]:
     job_id = handle.job_id
-    if cancel and job_id is None and handle.request_id:  # quick lookups: the launch's status and result
-        answer = yield ("statuses", [handle.request_id])
-        launch = answer.get(handle.request_id) if isinstance(answer, dict) else None
-        if launch is not None and not launch.finished:
-            answer = yield ("cancel", [handle.request_id])
-            log.info("Cancelled launch request %s: %s", handle.request_id, answer)
-        elif launch is not None and launch.status == "SUCCEEDED":
-            result = yield ("get", handle.request_id)
-            if isinstance(result, sky.RequestResult) and isinstance(result.return_value, dict):
-                job_id = result.return_value.get("job_id")
+    if cancel and job_id is None:
+        job_id = yield from _stop_launch(handle, log)
     if cancel and job_id is not None:
         answer = yield ("submit", sky.build_cancel_job(identity, handle.cluster, int(job_id)))
         log.info("Cancel of SkyPilot job %s on cluster %s requested: %s", job_id, handle.cluster, answer)
