@@ -169,7 +169,7 @@ def _bring_cluster_back(cluster) -> None:
 
 @pytest.mark.slow
 def test_slurmctld_down_60s_waiting_task_keeps_waiting_then_succeeds(slurm_cluster, cluster_admin):
-    """slurmctld is frozen (SIGSTOP) for 60 s, so no client (nor another session's `dev/cluster up`) can
+    """slurmctld is frozen (SIGSTOP) for 60 s, so no client (nor a concurrent `dev/cluster up`) can
     reach or restart it; the job ends meanwhile. Nothing may be reported until the controller is back."""
     op = make_operator(command="for i in $(seq 1 40); do echo tick-$i; sleep 1; done")
     trigger = submit_deferred(op, context(unique_dag("ctld")))
