@@ -42,10 +42,11 @@ def workdir(slurm_cluster) -> str:
 
 
 async def _wait_terminal(hook: SlurmHook, job_id: str, timeout: float = 90) -> object:
+    """Until accounting has the final record (squeue alone knows no exit code; sacct can lag behind it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = (await hook.ajob_states([job_id])).get(job_id)
-        if info is not None and info.state.is_terminal:
+        if info is not None and info.state.is_terminal and info.source == "sacct":
             return info
         await asyncio.sleep(1)
     raise AssertionError(f"job {job_id} did not finish within {timeout} s")
