@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +21,9 @@ from npa_airflow.slurm.poller import PollUpdate, Registration, get_poller, offse
 
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
+module_log = logging.getLogger(__name__)  # on_kill's lines reach the triggerer's own log
+MOVED_CHECKS = 3
+MOVED_CHECK_PAUSE = 2.0
 ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([triggerer] on_kill_timeout)
 
 EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline")
@@ -319,9 +323,17 @@ class SlurmJobTrigger(BaseTrigger):
             self.log.error("Could not cancel Slurm job %s: %s", self.job_id, exc or type(exc).__name__)
 
     async def _cancel_if_still_ours(self) -> None:
-        if await self._task_still_deferred() and not await self._task_restarted():
-            self.log.info("on_kill for Slurm job %s ignored: the task is still deferred (trigger moved)", self.job_id)
-            return
+        # A moved trigger's task stays DEFERRED; a killed task's state may take a moment to read back as changed,
+        # so "moved" is concluded only when several reads agree (a wrong "moved" would leave the job running).
+        for attempt in range(1, MOVED_CHECKS + 1):
+            if not await self._task_still_deferred() or await self._task_restarted():
+                break
+            if attempt == MOVED_CHECKS:
+                message = "on_kill for Slurm job %s ignored: the task is still deferred (trigger moved)"
+                self.log.info(message, self.job_id)
+                module_log.warning(message, self.job_id)
+                return
+            await asyncio.sleep(MOVED_CHECK_PAUSE)
         hook = get_poller(self.conn_id).hook
         info = (await hook.ajob_states([self.job_id])).get(self.job_id)
         if info is not None and info.state.is_terminal:
