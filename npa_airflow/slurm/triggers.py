@@ -335,13 +335,18 @@ class SlurmJobTrigger(BaseTrigger):
                 return
             await asyncio.sleep(MOVED_CHECK_PAUSE)
         hook = get_poller(self.conn_id).hook
-        info = (await hook.ajob_states([self.job_id])).get(self.job_id)
+        try:
+            info = (await hook.ajob_states([self.job_id])).get(self.job_id)
+        except Exception as exc:  # cancel anyway: scancel of a job that already ended is harmless
+            module_log.warning("Could not read Slurm job %s before cancelling (%s)", self.job_id, exc)
+            info = None
         if info is not None and info.state.is_terminal:
             self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
             return
         self.log.info("Cancelling Slurm job %s (task killed by a user)", self.job_id)
         await hook.acancel(self.job_id)
         self.log.info("Cancelled Slurm job %s", self.job_id)
+        module_log.info("Cancelled Slurm job %s (task killed by a user)", self.job_id)
 
     async def _task_still_deferred(self) -> bool:
         """True only when the metadata DB confirms the task instance is still DEFERRED (a reassignment)."""
