@@ -323,17 +323,9 @@ class SlurmJobTrigger(BaseTrigger):
             self.log.error("Could not cancel Slurm job %s: %s", self.job_id, exc or type(exc).__name__)
 
     async def _cancel_if_still_ours(self) -> None:
-        # A moved trigger's task stays DEFERRED; a killed task's state may take a moment to read back as changed,
-        # so "moved" is concluded only when several reads agree (a wrong "moved" would leave the job running).
-        for attempt in range(1, MOVED_CHECKS + 1):
-            if not await self._task_still_deferred() or await self._task_restarted():
-                break
-            if attempt == MOVED_CHECKS:
-                message = "on_kill for Slurm job %s ignored: the task is still deferred (trigger moved)"
-                self.log.info(message, self.job_id)
-                module_log.warning(message, self.job_id)
-                return
-            await asyncio.sleep(MOVED_CHECK_PAUSE)
+        # Airflow 3.3 calls on_kill only for a user action (never for a triggerer restart or a move). The task
+        # state is not re-read here: right after a triggerer starts, that read can still say DEFERRED for a
+        # task the user has just marked failed, which would leave the job running.
         hook = get_poller(self.conn_id).hook
         try:
             info = (await hook.ajob_states([self.job_id])).get(self.job_id)
