@@ -22,8 +22,6 @@ from npa_airflow.slurm.poller import PollUpdate, Registration, get_poller, offse
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
 module_log = logging.getLogger(__name__)  # on_kill's lines reach the triggerer's own log
-MOVED_CHECKS = 3
-MOVED_CHECK_PAUSE = 2.0
 ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([triggerer] on_kill_timeout)
 
 EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline")
@@ -339,66 +337,3 @@ class SlurmJobTrigger(BaseTrigger):
         await hook.acancel(self.job_id)
         self.log.info("Cancelled Slurm job %s", self.job_id)
         module_log.info("Cancelled Slurm job %s (task killed by a user)", self.job_id)
-
-    async def _task_still_deferred(self) -> bool:
-        """True only when the metadata DB confirms the task instance is still DEFERRED (a reassignment)."""
-        ti = self.task_instance
-        if ti is None:
-            return False
-        try:
-            from airflow.sdk.execution_time.comms import GetTaskStates
-            from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
-
-            response = await asyncio.wait_for(
-                SUPERVISOR_COMMS.asend(
-                    GetTaskStates(
-                        dag_id=ti.dag_id,
-                        task_ids=[ti.task_id],
-                        run_ids=[ti.run_id],
-                        map_index=ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None,
-                    )
-                ),
-                5.0,
-            )
-        except Exception as exc:
-            self.log.debug("Could not read the task state (%s); treating on_kill as a user kill", exc)
-            return False
-        states = _flatten_states(getattr(response, "task_states", None))
-        return bool(states) and all(s == "deferred" for s in states)
-
-    async def _task_restarted(self) -> bool:
-        """True when a later try of the task is already waiting (the user cleared this one): not a move."""
-        ti = self.task_instance
-        if ti is None or not getattr(ti, "try_number", None):
-            return False
-        try:
-            from airflow.sdk.execution_time.comms import GetXCom
-            from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
-
-            from npa_airflow.common.links import SLURM_TRY_XCOM_KEY
-
-            response = await asyncio.wait_for(
-                SUPERVISOR_COMMS.asend(
-                    GetXCom(
-                        key=SLURM_TRY_XCOM_KEY,
-                        dag_id=ti.dag_id,
-                        run_id=ti.run_id,
-                        task_id=ti.task_id,
-                        map_index=ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None,
-                    )
-                ),
-                5.0,
-            )
-            waiting_try = int(getattr(response, "value", None) or 0)
-        except Exception as exc:
-            self.log.debug("Could not read the waiting try (%s)", exc)
-            return False
-        return waiting_try > int(ti.try_number)
-
-
-def _flatten_states(value: Any) -> list[str]:
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _flatten_states(v)]
-    if value is None:
-        return []
-    return [str(getattr(value, "value", value)).lower()]

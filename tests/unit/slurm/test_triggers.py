@@ -288,10 +288,6 @@ class SupervisorDouble:
 async def test_on_kill_cancels_whatever_the_state_read_says(tmp_path, double, monkeypatch, ti_state, cancelled):
     from airflow.sdk.execution_time import task_runner
 
-    from npa_airflow.slurm import triggers as triggers_module
-
-    monkeypatch.setattr(triggers_module, "MOVED_CHECK_PAUSE", 0.01)
-
     supervisor = SupervisorDouble(ti_state)
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
     double.states["42"] = JobState.RUNNING
