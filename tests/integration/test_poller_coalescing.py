@@ -53,13 +53,26 @@ def _sshd_counts(log_path: str, mark: int, port: int) -> tuple[int, int]:
     return connections, sessions
 
 
-def _ids_of(argv: list[str]) -> set[str]:
+def _id_list_of(argv: list[str]) -> list[str]:
     for i, arg in enumerate(argv):
         if arg == "-j":
-            return set(argv[i + 1].split(","))
+            return argv[i + 1].split(",")
         if arg.startswith("--jobs="):
-            return set(arg.split("=", 1)[1].split(","))
+            return arg.split("=", 1)[1].split(",")
     raise AssertionError(f"no job id list in {argv}")
+
+
+def _ids_of(argv: list[str]) -> set[str]:
+    return set(_id_list_of(argv))
+
+
+async def _cycle_when_all_registered(poller, count: int) -> int:
+    """Wait until `poller` holds `count` registrations; return its cycle number at that moment."""
+    for _ in range(600):  # liveness bound only
+        if len(poller.registrations) >= count:
+            return poller.stats.cycles
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"only {len(poller.registrations)} of {count} triggers registered")
 
 
 async def _submit_held(hook: SlurmHook, tag: str, count: int) -> list[str]:
@@ -106,12 +119,16 @@ async def test_n_triggers_make_one_state_query_per_cycle_on_the_cluster(slurm_cl
         triggers = [SlurmJobTrigger(_handle(j, tag, results), "slurm_default", poll_interval=2) for j in job_ids]
         tasks = [asyncio.create_task(wait(t)) for t in triggers]
         try:
+            # Triggers register as their tasks get to run: a cycle may start before the last one has. Every
+            # cycle that starts after the last registration (and before the cancel) must carry all N jobs.
+            all_registered_after = await _cycle_when_all_registered(poller, N_JOBS)
             for _ in range(600):  # liveness bound only (60 s), not a timing assertion
-                if poller.stats.cycles >= CYCLES_BEFORE_CANCEL:
+                if poller.stats.cycles >= all_registered_after + CYCLES_BEFORE_CANCEL:
                     break
                 await asyncio.sleep(0.1)
-            assert poller.stats.cycles >= CYCLES_BEFORE_CANCEL, "the shared poller did not cycle"
+            assert poller.stats.cycles >= all_registered_after + CYCLES_BEFORE_CANCEL, "the poller did not cycle"
             assert not events, f"held jobs fired early: {events}"
+            last_full_cycle = poller.stats.cycles
             await hook.arun(["scancel", "-n", tag])  # ends every job outside the triggers
             await asyncio.wait_for(asyncio.gather(*tasks), 120)
         finally:
@@ -131,12 +148,13 @@ async def test_n_triggers_make_one_state_query_per_cycle_on_the_cluster(slurm_cl
         # exactly one sacct per cycle for all jobs, at most one squeue fallback, and nothing else per job
         assert sacct_per_cycle == Counter(range(1, cycles + 1)), (sacct_per_cycle, cycles)
         assert all(n <= 1 for n in squeue_per_cycle.values()), squeue_per_cycle
-        for _, argv in state:
+        for cycle, argv in state:
             ids = _ids_of(argv)
-            if argv[0] == "sacct":
-                assert ids == set(job_ids), f"a state query did not carry every watched job: {argv}"
-            else:
-                assert ids <= set(job_ids)
+            assert len(_id_list_of(argv)) == len(ids), f"a job queried twice in one command: {argv}"
+            assert ids <= set(job_ids), argv
+            if argv[0] == "sacct" and all_registered_after < cycle <= last_full_cycle:
+                assert ids == set(job_ids), f"cycle {cycle} did not carry every watched job: {argv}"
+        assert set().union(*(_ids_of(a) for _, a in state if a[0] == "sacct")) == set(job_ids)
         # commands per cycle are bounded independently of N: state (1-2) + offsets load + scancel
         assert len(sent) <= 2 * cycles + 2, [argv if isinstance(argv, list) else "<shell>" for _, argv in sent]
 
@@ -177,10 +195,12 @@ async def test_two_clusters_get_one_poller_and_one_connection_each(slurm_cluster
                 handle = {**_handle(j, tag, results), "conn_id": cid}
                 tasks.append(asyncio.create_task(wait(SlurmJobTrigger(handle, cid, poll_interval=2))))
         try:
+            full_after = {cid: await _cycle_when_all_registered(p, len(watched[cid])) for cid, p in pollers.items()}
             for _ in range(600):
-                if all(p.stats.cycles >= 2 for p in pollers.values()):
+                if all(p.stats.cycles >= full_after[cid] + 2 for cid, p in pollers.items()):
                     break
                 await asyncio.sleep(0.1)
+            last_full = {cid: p.stats.cycles for cid, p in pollers.items()}
             await hooks["slurm_default"].arun(["scancel", "-n", tag])
             await asyncio.wait_for(asyncio.gather(*tasks), 120)
         finally:
@@ -193,7 +213,9 @@ async def test_two_clusters_get_one_poller_and_one_connection_each(slurm_cluster
         for cid, hook in hooks.items():
             sacct = [(c, a) for c, a in hook.sent if isinstance(a, list) and a[0] == "sacct"]
             assert Counter(c for c, _ in sacct) == Counter(range(1, pollers[cid].stats.cycles + 1))
-            assert all(_ids_of(a) == set(watched[cid]) for _, a in sacct), (cid, sacct)
+            assert all(_ids_of(a) <= set(watched[cid]) for _, a in sacct), (cid, sacct)
+            full = [a for c, a in sacct if full_after[cid] < c <= last_full[cid]]
+            assert full and all(_ids_of(a) == set(watched[cid]) for a in full), (cid, sacct)
         ports = {key: entry[0].get_extra_info("peername")[1] for key, entry in hook_module._pool().connections.items()}
         assert sorted(ports.values()) == sorted([slurm_cluster.port, slurm_cluster.port2])
     finally:
