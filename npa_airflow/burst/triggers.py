@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.common.ownership import (
+    Claim,
+    TaskView,
+    Verdict,
+    decide,
+    read_claim_xcom,
+    read_task_view,
+    write_claim_xcom,
+)
 
 ON_KILL_TIMEOUT = 25.0  # inside the triggerer's own bound ([triggerer] on_kill_timeout, 30 s)
+DECIDE_SECONDS = 10.0  # of which deciding whether to cancel may take this long (the rest submits the cancel)
 
 
 class BurstJobTrigger(BaseTrigger):
@@ -44,6 +55,7 @@ class BurstJobTrigger(BaseTrigger):
         self.nodes = None if nodes is None else int(nodes)
         self._current = BurstJobHandle.from_dict(handle)
         self._fired = False
+        self._claim: Claim | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -66,9 +78,21 @@ class BurstJobTrigger(BaseTrigger):
     def _remember(self, handle: BurstJobHandle) -> None:
         self._current = handle
 
+    async def _claim_job(self) -> None:
+        """Record this trigger's claim in the task instance's XCom (see npa_airflow.common.ownership)."""
+        ti = getattr(self, "task_instance", None)
+        if ti is None:
+            return
+        claim = Claim.new(int(getattr(ti, "try_number", None) or 1))
+        if await write_claim_xcom(ti, claim):
+            self._claim = claim
+        else:
+            self.log.warning("Could not record this trigger's claim; a move will be told from the task state only")
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from npa_airflow.burst.watch import make_event, watch_job
 
+        await self._claim_job()
         try:
             async with await self._hook().aget_client() as client:
                 event = await watch_job(
@@ -89,15 +113,29 @@ class BurstJobTrigger(BaseTrigger):
         yield TriggerEvent(event)
 
     async def on_kill(self) -> None:
-        """The user killed the deferred task: cancel the launch/job and tear down, once, never raising."""
+        """A user ended the deferred task: cancel the launch/job and tear down, once, never raising.
+
+        Airflow 3.3.2 also calls this when the trigger only moved to another triggerer; the decision comes from
+        the task instance's state and the claim (`npa_airflow.common.ownership`), never from the message.
+        """
         if self._fired or not self.cancel_on_kill:
             return
         self._fired = True
         from npa_airflow.burst.watch import arun_steps, cancel_steps
 
+        end = time.monotonic() + ON_KILL_TIMEOUT
         try:
+            verdict, why = await decide(self._observe_ownership, self._claim, bound=DECIDE_SECONDS)
+            if verdict is not Verdict.CANCEL:
+                self.log.info("Not cancelling burst job %s (%s): %s", self._current.to_json(), verdict.value, why)
+                return
+            self.log.info("Cancelling burst job %s: %s", self._current.to_json(), why)
             async with await self._hook().aget_client() as client:
                 steps = cancel_steps(self._current, client.identity, self.log, wait=False)
-                await asyncio.wait_for(arun_steps(client, steps), timeout=ON_KILL_TIMEOUT)
+                await asyncio.wait_for(arun_steps(client, steps), timeout=max(5.0, end - time.monotonic()))
         except Exception:
             self.log.exception("Cancelling burst job %s failed", self._current.to_json())
+
+    async def _observe_ownership(self) -> tuple[Claim | None, TaskView | None]:
+        ti = getattr(self, "task_instance", None)
+        return await read_claim_xcom(ti), await read_task_view(ti)

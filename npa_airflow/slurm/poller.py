@@ -8,6 +8,12 @@ stdout (`<stdout>.npa-offsets`), so a restarted triggerer resumes the log where 
 
 Pollers are keyed by (event loop, connection id): a triggerer has one per cluster, `dag.test()` (a new loop
 per trigger run) gets a fresh one each time. The poll loop stops by itself when nobody is registered.
+
+Each trigger also claims its job (`npa_airflow.common.ownership`): the first command after it registers writes
+its claim next to the offsets, and every tail command reads the claims back. A registration whose claim was
+taken by another trigger (the task moved to another triggerer, or a later try took the job) is superseded: the
+poller stops publishing to it and persisting its offsets, so a triggerer that resumes after a stall neither
+writes the job's lines twice nor winds its offsets back.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from npa_airflow.common.ownership import Claim
 from npa_airflow.common.states import JobState
 
 if TYPE_CHECKING:
@@ -38,6 +45,7 @@ LONG_PENDING_SECONDS = 300.0  # pending longer than this: poll 4x slower (pendin
 IDLE_STOP_SECONDS = 5.0  # the loop ends after this long without registrations
 MAX_STALLED_DRAIN_CYCLES = 3  # a finished job's log that stops yielding bytes (unreadable): give up after this
 OFFSETS_SUFFIX = ".npa-offsets"
+CLAIM_SUFFIX = ".npa-owner-"
 TAIL_TOTAL_BYTES = 32 << 20  # per cycle, all files together: bounds the triggerer's memory at any job count
 TAIL_FILE_MIN_BYTES = 64 << 10
 TAIL_FILE_MAX_BYTES = 8 << 20
@@ -51,6 +59,11 @@ def tail_budget(files: int) -> int:
 def offsets_file_for(stdout_path: str) -> str:
     """Where the committed log offsets of a job are kept (next to its stdout, on shared storage)."""
     return stdout_path + OFFSETS_SUFFIX
+
+
+def claim_file_for(stdout_path: str, task_instance_key: str) -> str:
+    """Where the trigger watching a job for one task instance records its claim (next to the offsets)."""
+    return f"{stdout_path}{CLAIM_SUFFIX}{task_instance_key}"
 
 
 @dataclass
@@ -96,6 +109,14 @@ class Registration:
     stalled_drain_cycles: int = 0
     delivered_cycle: int = 0  # last cycle that handed this trigger log bytes
     acked_cycle: int = 0  # last cycle whose lines the trigger has written (and committed)
+    claim: Claim | None = None
+    claim_file: str | None = None
+    claimed: bool = False  # the claim has been written to claim_file
+    superseded_by: Claim | None = None  # another trigger's claim found in claim_file: publish nothing more
+
+    @property
+    def superseded(self) -> bool:
+        return self.superseded_by is not None
 
     def ack(self, cycle: int) -> None:
         """The trigger has written everything of `cycle` to the task log."""
@@ -147,6 +168,33 @@ def build_commit_offsets(entries: Sequence[tuple[str, str]]) -> str:
             f"{{ printf '%s\\n' {shlex.quote(payload)} > {tmp} && mv -f {tmp} {shlex.quote(path)}; }} >/dev/null 2>&1"
         )
     return "; ".join(parts)
+
+
+def build_write_claims(entries: Sequence[tuple[str, Claim]]) -> str:
+    """Shell fragment that atomically writes each (claim file, claim); silent, never fails."""
+    parts = []
+    for path, claim in entries:
+        tmp = shlex.quote(f"{path}.{claim.token}.tmp")
+        parts.append(
+            f"{{ printf '%s\\n' {shlex.quote(claim.line())} > {tmp} && mv -f {tmp} {shlex.quote(path)}; }}"
+            " >/dev/null 2>&1"
+        )
+    return "; ".join(parts)
+
+
+def build_read_claims(paths: Sequence[str]) -> str:
+    """Print the first line of each claim file (or nothing) followed by a NUL, then one newline.
+
+    Shell builtins only: it runs in every tail command, for every tailed job.
+    """
+    reads = [f"l=; {{ read -r l < {shlex.quote(p)}; }} 2>/dev/null; printf '%s\\0' \"$l\"" for p in paths]
+    return "; ".join([*reads, "printf '\\n'"])
+
+
+def parse_read_claims(blob: bytes, paths: Sequence[str]) -> dict[str, Claim | None]:
+    """Map each claim file to the claim it holds (None: missing, empty or damaged)."""
+    parts = blob.split(b"\0")
+    return {path: Claim.parse(parts[i]) if i < len(parts) else None for i, path in enumerate(paths)}
 
 
 def build_read_offsets(paths: Sequence[str]) -> str:
@@ -213,8 +261,11 @@ class SlurmPoller:
         offsets_file: str | None = None,
         interval: float = 15.0,
         submitted_at: float | None = None,
+        claim: Claim | None = None,
+        claim_file: str | None = None,
     ) -> Registration:
-        """Watch `job_id`; tail each (path, offset). With `offsets_file`, resume from its persisted offsets."""
+        """Watch `job_id`; tail each (path, offset). With `offsets_file`, resume from its persisted offsets;
+        with `claim` and `claim_file`, claim the job for this trigger (see the module docstring)."""
         cursors: list[LogCursor] = []
         for path, offset in log_offsets:
             if path and all(c.path != path for c in cursors):
@@ -226,6 +277,8 @@ class SlurmPoller:
             interval=max(FLOOR_SECONDS, float(interval)),
             submitted_at=submitted_at,
             offsets_loaded=offsets_file is None or not cursors,
+            claim=claim if claim_file else None,
+            claim_file=claim_file if claim else None,
         )
         self._registrations.append(reg)
         if self.autostart:
@@ -305,14 +358,14 @@ class SlurmPoller:
 
     async def cycle(self) -> None:
         """One poll: one state query, one log command, updates fanned out to every registration."""
-        regs = list(self._registrations)
+        regs = [r for r in self._registrations if not r.superseded]
         if not regs:
             return
         self.stats.cycles += 1
         cycle_no = self.stats.cycles
         hook = self.hook
 
-        await self._load_offsets(regs)
+        await self._claim_and_load_offsets(regs)
 
         job_ids = sorted({r.job_id for r in regs})
         self.stats.state_queries += 1
@@ -342,6 +395,14 @@ class SlurmPoller:
         chunks, log_error = await self._tail(tailing)
 
         for reg in regs:
+            if reg.superseded:
+                log.warning(
+                    "Slurm job %s: no longer watched by this triggerer (%s claimed it); its updates stop here",
+                    reg.job_id,
+                    reg.superseded_by,
+                )
+                self._publish(reg, PollUpdate(cycle=cycle_no, state=JobState.UNKNOWN, info=None, error="superseded"))
+                continue
             info = infos.get(reg.job_id)
             mine = tuple(chunks.get(id(reg), ()))
             drained = True
@@ -389,7 +450,10 @@ class SlurmPoller:
         dirty = [
             r
             for r in self._registrations
-            if r.offsets_file and r.offsets_loaded and any(c.committed != c.persisted for c in r.cursors)
+            if r.offsets_file
+            and r.offsets_loaded
+            and not r.superseded
+            and any(c.committed != c.persisted for c in r.cursors)
         ]
         if not dirty:
             return
@@ -407,19 +471,28 @@ class SlurmPoller:
             for cursor in reg.cursors:
                 cursor.persisted = offsets.get(cursor.path, cursor.persisted)
 
-    async def _load_offsets(self, regs: Sequence[Registration]) -> None:
+    async def _claim_and_load_offsets(self, regs: Sequence[Registration]) -> None:
+        """ONE command for the registrations new since the last cycle: write their claims, read their offsets."""
+        claiming = [r for r in regs if r.claim and r.claim_file and not r.claimed]
         pending = [r for r in regs if not r.offsets_loaded and r.offsets_file]
-        if not pending:
+        if not claiming and not pending:
             return
         files = [r.offsets_file for r in pending if r.offsets_file]
+        parts = []
+        if claiming:
+            parts.append(build_write_claims([(r.claim_file or "", r.claim) for r in claiming if r.claim]))
+        if files:
+            parts.append(build_read_offsets(files))
         self.stats.offset_loads += 1
         try:
-            result = await self.hook.arun(build_read_offsets(files), timeout=60, check=False)
+            result = await self.hook.arun("; ".join(parts), timeout=60, check=False)
         except Exception as exc:
-            log.warning("Could not read persisted log offsets (%s); will retry", _describe(exc))
+            log.warning("Could not claim jobs or read persisted log offsets (%s); will retry", _describe(exc))
             return
         if result.returncode is None:
             return
+        for reg in claiming:
+            reg.claimed = True
         loaded = parse_read_offsets(result.stdout, files)
         for reg in pending:
             saved = loaded.get(reg.offsets_file or "", {})
@@ -427,6 +500,13 @@ class SlurmPoller:
                 start = max(cursor.committed, saved.get(cursor.path, 0))
                 cursor.read = cursor.committed = cursor.persisted = start
             reg.offsets_loaded = True
+
+    async def read_claim(self, claim_file: str, timeout: float = 10.0) -> Claim | None:
+        """The claim now in `claim_file`, read afresh (on_kill); None when unreadable."""
+        result = await asyncio.wait_for(
+            self.hook.arun(build_read_claims([claim_file]), timeout=timeout, check=False), timeout
+        )
+        return parse_read_claims(result.stdout.split(b"\n", 1)[0], [claim_file])[claim_file]
 
     async def _tail(self, regs: Sequence[Registration]) -> tuple[dict[int, list[LogChunk]], str | None]:
         if not regs:
@@ -444,7 +524,11 @@ class SlurmPoller:
             if reg.offsets_file and any(c.committed != c.persisted for c in reg.cursors):
                 commits.append((reg.offsets_file, reg.offsets_payload()))
                 committing.append((reg, {c.path: c.committed for c in reg.cursors}))
+        checked = [r for r in regs if r.claimed and r.claim_file]
+        claim_files = [r.claim_file or "" for r in checked]
         script = build_tail_logs(requests, tail_budget(len(requests)))
+        if claim_files:
+            script = build_read_claims(claim_files) + "; " + script
         if commits:
             script = build_commit_offsets(commits) + "; " + script
         self.stats.log_queries += 1
@@ -452,7 +536,15 @@ class SlurmPoller:
             result = await self.hook.arun(script, timeout=120, check=False)
             if result.returncode is None:
                 raise ConnectionError("log tail got no exit status")
-            parsed = parse_tail_logs(result.stdout, requests)
+            stdout = result.stdout
+            if claim_files:
+                claims_blob, _, stdout = stdout.partition(b"\n")
+                claims = parse_read_claims(claims_blob, claim_files)
+                for reg in checked:
+                    current = claims.get(reg.claim_file or "")
+                    if current is not None and reg.claim is not None and current.token != reg.claim.token:
+                        reg.superseded_by = current
+            parsed = parse_tail_logs(stdout, requests)
         except Exception as exc:
             return {}, f"log tail failed ({_describe(exc)}); will retry"
         for reg, written in committing:

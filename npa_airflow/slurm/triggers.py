@@ -16,8 +16,9 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from npa_airflow.common.handle import SlurmJobHandle
+from npa_airflow.common.ownership import Claim, TaskView, Verdict, decide, read_task_view, warm_task_reads
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.poller import PollUpdate, Registration, get_poller, offsets_file_for
+from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, get_poller, offsets_file_for
 
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
@@ -110,6 +111,8 @@ class SlurmJobTrigger(BaseTrigger):
         self.cancel_on_kill = cancel_on_kill
         self._fired = False
         self._registration: Registration | None = None
+        self._claim: Claim | None = None
+        self._claim_file: str | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -152,18 +155,35 @@ class SlurmJobTrigger(BaseTrigger):
             return None
         return f"{results_dir.rstrip('/')}/{self.require_marker}"
 
+    def _prepare_claim(self) -> None:
+        """This trigger's claim on the job, when it runs for a task instance (not in dag.test())."""
+        from npa_airflow.common.naming import task_instance_hash
+
+        ti = getattr(self, "task_instance", None)
+        stdout = self.handle.get("stdout_path")
+        if ti is None or not stdout or self._claim is not None:
+            return
+        try_number = int(getattr(ti, "try_number", None) or self.handle.get("try_number") or 1)
+        key = task_instance_hash(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
+        self._claim = Claim.new(try_number)
+        self._claim_file = claim_file_for(stdout, key)
+
     # -- run ---------------------------------------------------------------------------------------------
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         poller = get_poller(self.conn_id)
         paths = self.log_paths() if self.stream_logs else []
         stdout = self.handle.get("stdout_path")
+        self._prepare_claim()
+        warm_task_reads(getattr(self, "task_instance", None))
         reg = poller.register(
             self.job_id,
             log_offsets=[(p, self.log_offsets.get(p, 0)) for _, p in paths],
             offsets_file=offsets_file_for(stdout) if stdout and paths else None,
             interval=self.poll_interval,
             submitted_at=self.handle.get("submitted_at"),
+            claim=self._claim,
+            claim_file=self._claim_file,
         )
         self._registration = reg
         labels = {p: label for label, p in paths}
@@ -174,6 +194,8 @@ class SlurmJobTrigger(BaseTrigger):
             last_state: JobState | None = None
             while True:
                 update = await self._next_update(reg)
+                if reg.superseded:
+                    await self._stand_down(reg)
                 if update is None:
                     yield self._fire("deadline", f"Slurm job {self.job_id} still not finished at its deadline")
                     return
@@ -206,10 +228,17 @@ class SlurmJobTrigger(BaseTrigger):
         finally:
             poller.unregister(reg)
 
+    async def _stand_down(self, reg: Registration) -> None:
+        """Another trigger has claimed the job: fire nothing, write nothing, wait to be cancelled."""
+        self.log.warning(
+            "Slurm job %s is now watched by another trigger (%s); this one stands down", self.job_id, reg.superseded_by
+        )
+        await asyncio.Event().wait()
+
     async def cleanup(self) -> None:
         """Keep the log position for the next triggerer (never cancels the job)."""
         reg = self._registration
-        if reg is not None and not self._fired:
+        if reg is not None and not self._fired and not reg.superseded:
             await get_poller(self.conn_id).flush_offsets(reg)
 
     def _deadline_passed(self) -> bool:
@@ -307,23 +336,39 @@ class SlurmJobTrigger(BaseTrigger):
     # -- user kill ---------------------------------------------------------------------------------------
 
     async def on_kill(self) -> None:
-        """Cancel the job when a user kills the deferred task (mark failed/success, clear).
+        """Cancel the job when a user ended the deferred task (mark failed/success, clear, run failed).
 
+        Airflow 3.3.2 also calls this when the trigger only moved to another triggerer, so the message is not
+        trusted: `npa_airflow.common.ownership` decides from the task instance's state and the job's claim.
         Idempotent and bounded (ON_KILL_TIMEOUT, inside the triggerer's own limit); logs, never raises.
-        Skipped when this trigger already fired, when the metadata DB says the task is still deferred
-        (the trigger was only moved to another triggerer), and when the job already ended.
         """
         if self._fired or not self.cancel_on_kill:
             return
         try:
-            await asyncio.wait_for(self._cancel_if_still_ours(), ON_KILL_TIMEOUT)
+            await asyncio.wait_for(self._cancel_unless_moved(), ON_KILL_TIMEOUT)
         except Exception as exc:  # TimeoutError included
             self.log.error("Could not cancel Slurm job %s: %s", self.job_id, exc or type(exc).__name__)
 
-    async def _cancel_if_still_ours(self) -> None:
-        # Airflow 3.3 calls on_kill only for a user action (never for a triggerer restart or a move). The task
-        # state is not re-read here: right after a triggerer starts, that read can still say DEFERRED for a
-        # task the user has just marked failed, which would leave the job running.
+    async def _observe_ownership(self) -> tuple[Claim | None, TaskView | None]:
+        current = None
+        if self._claim_file:
+            try:
+                current = await get_poller(self.conn_id).read_claim(self._claim_file)
+            except Exception as exc:
+                module_log.warning("Could not read the claim on Slurm job %s (%s)", self.job_id, exc)
+        return current, await read_task_view(getattr(self, "task_instance", None))
+
+    async def _cancel_unless_moved(self) -> None:
+        reg = self._registration
+        if reg is not None and reg.superseded:
+            verdict, why = Verdict.MOVED, f"{reg.superseded_by} has claimed the job"
+        else:
+            verdict, why = await decide(self._observe_ownership, self._claim)
+        if verdict is not Verdict.CANCEL:
+            message = "Not cancelling Slurm job %s on this trigger's cancellation (%s): %s"
+            self.log.info(message, self.job_id, verdict.value, why)
+            module_log.warning(message, self.job_id, verdict.value, why)
+            return
         hook = get_poller(self.conn_id).hook
         try:
             info = (await hook.ajob_states([self.job_id])).get(self.job_id)
@@ -333,7 +378,7 @@ class SlurmJobTrigger(BaseTrigger):
         if info is not None and info.state.is_terminal:
             self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
             return
-        self.log.info("Cancelling Slurm job %s (task killed by a user)", self.job_id)
+        self.log.info("Cancelling Slurm job %s: %s", self.job_id, why)
         await hook.acancel(self.job_id)
         self.log.info("Cancelled Slurm job %s", self.job_id)
-        module_log.info("Cancelled Slurm job %s (task killed by a user)", self.job_id)
+        module_log.info("Cancelled Slurm job %s (%s)", self.job_id, why)

@@ -24,6 +24,7 @@ import pytest
 from npa_airflow.common.naming import job_name_for
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import reset_pollers
+from tests.supervisor_double import install_supervisor, run_for_task_instance
 
 pytestmark = pytest.mark.integration
 
@@ -305,11 +306,12 @@ def test_infra_failure_is_retried_with_the_failed_node_excluded(airflow_home, tm
 # -- driven directly ----------------------------------------------------------------------------------
 
 
-def test_on_kill_of_the_trigger_cancels_the_job(slurm_cluster, cluster_ssh):
+def test_on_kill_of_the_trigger_cancels_the_job(slurm_cluster, cluster_ssh, monkeypatch):
     reset_pollers()
+    install_supervisor(monkeypatch, "failed")  # the user marked the task failed
     op = make_operator(command="sleep 120")
     ctx = Context(f"npa_itest_kill_{uuid.uuid4().hex[:6]}")
-    trigger = submit_deferred(op, ctx)
+    trigger = run_for_task_instance(submit_deferred(op, ctx))
     job_id = trigger.handle["job_id"]
 
     async def scenario() -> str:
@@ -324,6 +326,37 @@ def test_on_kill_of_the_trigger_cancels_the_job(slurm_cluster, cluster_ssh):
     assert asyncio.run(scenario()) == "CANCELLED"
     (job,) = accounted_jobs(cluster_ssh, trigger.handle["job_name"])
     assert job["state"] == "CANCELLED"
+
+
+def test_a_trigger_moved_to_another_triggerer_never_cancels_the_job(slurm_cluster, cluster_ssh, monkeypatch):
+    """Airflow 3.3.2 calls on_kill of a trigger that only moved: the claim on the cluster tells the move."""
+    reset_pollers()
+    supervisor = install_supervisor(monkeypatch, "deferred")
+    op = make_operator(command="for i in $(seq 1 40); do echo line $i; sleep 0.5; done")
+    ctx = Context(f"npa_itest_move_{uuid.uuid4().hex[:6]}")
+    deferred = submit_deferred(op, ctx)
+    handle, kwargs = deferred.handle, deferred.serialize()[1]
+    first, second = (run_for_task_instance(type(deferred)(**kwargs)) for _ in range(2))
+
+    async def scenario() -> tuple[str, dict]:
+        hook = SlurmHook("slurm_default")
+        await wait_state(hook, handle["job_id"], {"RUNNING"})
+        held = asyncio.ensure_future(anext(first.run()))
+        await asyncio.sleep(4)
+        taken = asyncio.ensure_future(anext(second.run()))  # the other triggerer starts the same trigger
+        for _ in range(300):
+            if first._registration is not None and first._registration.superseded:
+                break
+            await asyncio.sleep(0.1)
+        held.cancel()
+        supervisor.state = "failed"  # even a task that has meanwhile ended is not the moved trigger's to cancel
+        await first.on_kill()
+        assert not held.done() or held.cancelled()
+        event = await asyncio.wait_for(taken, 120)
+        return await wait_state(hook, handle["job_id"], {"COMPLETED", "CANCELLED"}), event.payload
+
+    state, payload = asyncio.run(scenario())
+    assert state == "COMPLETED" and payload["status"] == "success"
 
 
 def test_ambiguous_submission_after_ssh_drop_yields_exactly_one_job(slurm_cluster, cluster_ssh, monkeypatch):

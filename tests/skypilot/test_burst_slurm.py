@@ -19,6 +19,7 @@ from npa_airflow.burst.launcher import render_launcher
 from npa_airflow.burst.task import BurstSpec, build_task, dag_yaml
 from npa_airflow.burst.triggers import BurstJobTrigger
 from tests.skypilot.conftest import run_dag_test, wait_no_slurm_jobs
+from tests.supervisor_double import install_supervisor, run_for_task_instance
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,10 @@ async def _job_state(client, cluster: str, job_id: int) -> str | None:
     return None
 
 
-async def test_kill_cancels_and_tears_down_but_a_triggerer_restart_does_not(skypilot_server, skypilot_slurm):
+async def test_kill_cancels_and_tears_down_but_a_triggerer_restart_does_not(
+    skypilot_server, skypilot_slurm, monkeypatch
+):
+    supervisor = install_supervisor(monkeypatch, "deferred")
     cluster = "npa-e2e-cancel"
     spec = BurstSpec(
         image=None,
@@ -89,7 +93,7 @@ async def test_kill_cancels_and_tears_down_but_a_triggerer_restart_does_not(skyp
         )
         kwargs = BurstJobTrigger(handle=handle.to_dict(), poll_interval=2, nodes=2).serialize()[1]
 
-        first = BurstJobTrigger(**kwargs)
+        first = run_for_task_instance(BurstJobTrigger(**kwargs))
         run = asyncio.ensure_future(first.run().__anext__())
 
         async def job_running():
@@ -108,10 +112,15 @@ async def test_kill_cancels_and_tears_down_but_a_triggerer_restart_does_not(skyp
         job_id = first._current.job_id
         assert await _job_state(client, cluster, job_id) == "RUNNING", "a triggerer restart must not cancel the job"
 
-        # The trigger resumes from its serialized kwargs, then the user kills the task.
-        second = BurstJobTrigger(**kwargs)
+        # The trigger resumes from its serialized kwargs (another triggerer): the first one's on_kill now finds
+        # a newer claim of the same try and cancels nothing.
+        second = run_for_task_instance(BurstJobTrigger(**kwargs))
         resumed = asyncio.ensure_future(second.run().__anext__())
         await _wait_for(lambda: asyncio.sleep(0, result=second._current.job_id == job_id), 120, "the resumed trigger")
+        await asyncio.wait_for(first.on_kill(), 30)
+        assert await _job_state(client, cluster, job_id) == "RUNNING", "a moved trigger must not cancel the job"
+        # Then the user marks the task failed.
+        supervisor.state = "failed"
         await asyncio.wait_for(second.on_kill(), 30)  # within the triggerer's on_kill bound
         resumed.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -10,7 +10,6 @@ import asyncio
 import json
 import logging
 import time
-import types
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from npa_airflow.slurm.triggers import (
     make_event_payload,
     validate_event,
 )
+from tests.supervisor_double import install_supervisor, run_for_task_instance
 from tests.unit.slurm.test_poller import LocalClusterDouble
 
 LOGGER = "npa.test.trigger"  # Airflow's structlog logger is swapped for a stdlib one that caplog sees
@@ -234,15 +234,101 @@ async def test_restart_does_not_replay_logged_lines(tmp_path, double, caplog):
     assert [x for x in logged_lines(caplog) if len(x) == 1] == ["c"]
 
 
-async def test_on_kill_cancels_a_running_job(tmp_path, double):
-    double.states["42"] = JobState.RUNNING
-    trigger = make_trigger(handle_for(tmp_path), double)
+@pytest.fixture
+def supervisor(monkeypatch):
+    """The metadata database as on_kill reads it: the task instance was marked failed."""
+    return install_supervisor(monkeypatch, "failed")
+
+
+for_task_instance = run_for_task_instance
+
+
+async def start_watching(trigger: SlurmJobTrigger, double: LocalClusterDouble) -> asyncio.Task:
+    """Run `trigger` until the poller has written its claim; return the running task."""
     get_poller("slurm_test", lambda _: double)
+    task = asyncio.ensure_future(anext(trigger.run()))
+    for _ in range(500):
+        if trigger._registration is not None and trigger._registration.claimed:
+            return task
+        await asyncio.sleep(0.01)
+    raise AssertionError("the trigger never claimed its job")
+
+
+@pytest.mark.parametrize("ti_state", ["failed", "success", None, "up_for_retry", "scheduled"])
+async def test_on_kill_cancels_when_the_task_is_no_longer_deferred(tmp_path, double, supervisor, ti_state):
+    supervisor.state = ti_state
+    double.states["42"] = JobState.RUNNING
+    trigger = for_task_instance(make_trigger(handle_for(tmp_path), double))
+    task = await start_watching(trigger, double)
+    task.cancel()
     await trigger.on_kill()
     assert double.states["42"] is JobState.CANCELED
 
 
-async def test_on_kill_skips_finished_jobs_fired_triggers_and_opt_out(tmp_path, double):
+async def test_on_kill_leaves_a_still_deferred_task_alone(tmp_path, double, supervisor, monkeypatch, caplog):
+    from npa_airflow.common import ownership
+
+    monkeypatch.setattr(ownership, "DECIDE_SECONDS", 0.3)
+    monkeypatch.setattr(ownership, "DECIDE_PAUSE", 0.1)
+    supervisor.state = "deferred"
+    double.states["42"] = JobState.RUNNING
+    trigger = for_task_instance(make_trigger(handle_for(tmp_path), double))
+    await trigger.on_kill()
+    assert double.states["42"] is JobState.RUNNING
+    assert len(supervisor.asked) >= 2, "a deferred read is re-checked before giving up"
+    assert any("undecided" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_moved_trigger_stands_down_and_never_cancels(tmp_path, double, supervisor, caplog):
+    """The holder stalls, another triggerer starts the same trigger (same try): the first one writes nothing
+    more, fires nothing and its on_kill cancels nothing, even once the task has ended."""
+    out = tmp_path / "slurm-42.out"
+    out.write_bytes(b"one\n")
+    double.states["42"] = JobState.RUNNING
+    first = for_task_instance(make_trigger(handle_for(tmp_path), double))
+    first_task = await start_watching(first, double)
+    second = for_task_instance(make_trigger(handle_for(tmp_path), double))
+    second_task = await start_watching(second, double)
+    for _ in range(500):
+        if first._registration.superseded:
+            break
+        await asyncio.sleep(0.01)
+    assert first._registration.superseded_by == second._claim
+    out.write_bytes(b"one\ntwo\n")
+    supervisor.state = "failed"
+    await first.on_kill()
+    assert double.states["42"] is JobState.RUNNING
+    assert supervisor.asked == [], "a superseded trigger needs no database read to know it moved"
+    double.states["42"] = JobState.COMPLETE
+    event = await asyncio.wait_for(second_task, 10)
+    assert event.payload["status"] == "success"
+    assert not first_task.done(), "the moved trigger must never fire"
+    first_task.cancel()
+
+
+async def test_on_kill_reads_a_newer_claim_of_the_same_try_as_a_move(tmp_path, double, supervisor):
+    """Before its poller has noticed: on_kill reads the claim itself."""
+    double.states["42"] = JobState.RUNNING
+    first = for_task_instance(make_trigger(handle_for(tmp_path), double))
+    task = await start_watching(first, double)
+    task.cancel()
+    Path(first._claim_file).write_text(f"1 {'b' * 16}\n")
+    await first.on_kill()
+    assert double.states["42"] is JobState.RUNNING
+
+
+async def test_a_later_try_holding_the_job_means_cleared_and_cancels(tmp_path, double, supervisor):
+    supervisor.state = "deferred"  # the new try is already waiting on the same (reattached) job
+    double.states["42"] = JobState.RUNNING
+    first = for_task_instance(make_trigger(handle_for(tmp_path), double))
+    task = await start_watching(first, double)
+    task.cancel()
+    Path(first._claim_file).write_text(f"2 {'c' * 16}\n")
+    await first.on_kill()
+    assert double.states["42"] is JobState.CANCELED
+
+
+async def test_on_kill_skips_finished_jobs_fired_triggers_and_opt_out(tmp_path, double, supervisor):
     cancels = []
 
     async def acancel(job_id):
@@ -251,16 +337,16 @@ async def test_on_kill_skips_finished_jobs_fired_triggers_and_opt_out(tmp_path, 
     double.acancel = acancel
     get_poller("slurm_test", lambda _: double)
     double.states["42"] = JobState.COMPLETE
-    await make_trigger(handle_for(tmp_path), double).on_kill()
+    await for_task_instance(make_trigger(handle_for(tmp_path), double)).on_kill()
     double.states["42"] = JobState.RUNNING
-    fired = make_trigger(handle_for(tmp_path), double)
+    fired = for_task_instance(make_trigger(handle_for(tmp_path), double))
     fired._fired = True
     await fired.on_kill()
-    await make_trigger(handle_for(tmp_path), double, cancel_on_kill=False).on_kill()
+    await for_task_instance(make_trigger(handle_for(tmp_path), double, cancel_on_kill=False)).on_kill()
     assert cancels == []
 
 
-async def test_on_kill_logs_instead_of_raising(tmp_path, double, caplog):
+async def test_on_kill_logs_instead_of_raising(tmp_path, double, supervisor, caplog):
     double.states["42"] = JobState.RUNNING
 
     async def acancel(job_id):
@@ -268,31 +354,5 @@ async def test_on_kill_logs_instead_of_raising(tmp_path, double, caplog):
 
     double.acancel = acancel
     get_poller("slurm_test", lambda _: double)
-    await make_trigger(handle_for(tmp_path), double).on_kill()
+    await for_task_instance(make_trigger(handle_for(tmp_path), double)).on_kill()
     assert any("Could not cancel Slurm job 42" in r.getMessage() for r in caplog.records)
-
-
-class SupervisorDouble:
-    """Test double for the triggerer's supervisor channel: answers GetTaskStates with a fixed state."""
-
-    def __init__(self, state: str) -> None:
-        self.state = state
-        self.asked = []
-
-    async def asend(self, msg):
-        self.asked.append(msg)
-        return types.SimpleNamespace(task_states={msg.run_ids[0]: {msg.task_ids[0]: self.state}})
-
-
-@pytest.mark.parametrize(("ti_state", "cancelled"), [("deferred", True), ("failed", True), ("success", True)])
-async def test_on_kill_cancels_whatever_the_state_read_says(tmp_path, double, monkeypatch, ti_state, cancelled):
-    from airflow.sdk.execution_time import task_runner
-
-    supervisor = SupervisorDouble(ti_state)
-    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
-    double.states["42"] = JobState.RUNNING
-    get_poller("slurm_test", lambda _: double)
-    trigger = make_trigger(handle_for(tmp_path), double)
-    trigger._task_instance = types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1)
-    await trigger.on_kill()
-    assert (double.states["42"] is JobState.CANCELED) is cancelled

@@ -1,0 +1,44 @@
+"""Test double for the triggerer's supervisor channel (`SUPERVISOR_COMMS`), the boundary a trigger's on_kill
+reads the metadata database through. It answers GetTaskStates with a settable task state and keeps XComs in
+a dict. The real channel is exercised by the e2e tests in a real Airflow (tests/e2e)."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+
+class SupervisorDouble:
+    def __init__(self, state: str | None) -> None:
+        self.state = state
+        self.asked: list[Any] = []
+        self.xcoms: dict[str, Any] = {}
+
+    async def asend(self, msg: Any) -> Any:
+        self.asked.append(msg)
+        kind = type(msg).__name__
+        if kind == "GetTaskStates":
+            return types.SimpleNamespace(task_states={msg.run_ids[0]: {msg.task_ids[0]: self.state}})
+        if kind == "SetXCom":
+            self.xcoms[msg.key] = msg.value
+            return None
+        if kind == "GetXCom":
+            return types.SimpleNamespace(key=msg.key, value=self.xcoms.get(msg.key))
+        raise NotImplementedError(kind)
+
+
+def install_supervisor(monkeypatch: Any, state: str | None) -> SupervisorDouble:
+    """Stand in for the triggerer's supervisor: the task instance's state reads as `state`."""
+    from airflow.sdk.execution_time import task_runner
+
+    double = SupervisorDouble(state)
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", double, raising=False)
+    return double
+
+
+def run_for_task_instance(trigger: Any, try_number: int = 1, dag_id: str = "d", run_id: str = "r") -> Any:
+    """As the triggerer runs a trigger: with the task instance it waits for."""
+    trigger._task_instance = types.SimpleNamespace(
+        dag_id=dag_id, task_id="t", run_id=run_id, map_index=-1, try_number=try_number
+    )
+    return trigger

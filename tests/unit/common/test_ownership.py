@@ -1,0 +1,96 @@
+"""The kill decision: a move never cancels, a user's action does, and doubt leaves the job alone."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from npa_airflow.common.ownership import Claim, TaskView, Verdict, decide, kill_verdict, read_task_view
+
+MINE = Claim(2, "a" * 16)
+
+
+@pytest.mark.parametrize(
+    ("current", "task", "verdict"),
+    [
+        # another trigger of the same try holds the job: moved, whatever the database says
+        (Claim(2, "b" * 16), TaskView("deferred"), Verdict.MOVED),
+        (Claim(2, "b" * 16), TaskView("failed"), Verdict.MOVED),
+        (Claim(2, "b" * 16), None, Verdict.MOVED),
+        # a later try holds it: the task was cleared
+        (Claim(3, "b" * 16), TaskView("deferred"), Verdict.CANCEL),
+        # still ours (or unreadable): the task instance's state decides
+        (MINE, TaskView("failed"), Verdict.CANCEL),
+        (MINE, TaskView("success"), Verdict.CANCEL),
+        (MINE, TaskView(None), Verdict.CANCEL),
+        (None, TaskView("up_for_retry"), Verdict.CANCEL),
+        (MINE, TaskView("deferred"), Verdict.UNDECIDED),
+        (None, TaskView("deferred"), Verdict.UNDECIDED),
+        (None, None, Verdict.UNDECIDED),
+        # an older try's claim left behind says nothing about this one
+        (Claim(1, "b" * 16), TaskView("deferred"), Verdict.UNDECIDED),
+    ],
+)
+def test_kill_verdict(current, task, verdict):
+    got, why = kill_verdict(MINE, current, task)
+    assert got is verdict, why
+    assert why
+
+
+def test_without_a_claim_of_its_own_only_the_database_decides():
+    assert kill_verdict(None, Claim(1, "b" * 16), TaskView("deferred"))[0] is Verdict.UNDECIDED
+    assert kill_verdict(None, Claim(1, "b" * 16), TaskView("failed"))[0] is Verdict.CANCEL
+
+
+@pytest.mark.parametrize("text", ["", "2", "x abc", "2 abc def", "2 ab-cd", b"\xff\xfe", None])
+def test_damaged_claims_parse_to_none(text):
+    assert Claim.parse(text) is None
+
+
+def test_claim_round_trip_and_unique_tokens():
+    claim = Claim.new(3)
+    assert Claim.parse(claim.line() + "\n") == claim
+    assert Claim.new(3).token != claim.token
+
+
+async def test_decide_reads_again_until_the_state_changes():
+    reads = iter([TaskView("deferred"), TaskView("deferred"), TaskView("failed")])
+    seen = []
+
+    async def observe():
+        seen.append(1)
+        return MINE, next(reads)
+
+    verdict, _ = await decide(observe, MINE, bound=5, pause=0.01)
+    assert verdict is Verdict.CANCEL and len(seen) == 3
+
+
+async def test_decide_gives_up_undecided_within_its_bound():
+    async def observe():
+        return MINE, TaskView("deferred")
+
+    verdict, why = await decide(observe, MINE, bound=0.05, pause=0.01)
+    assert verdict is Verdict.UNDECIDED and "deferred" in why
+
+
+async def test_read_task_view_outside_a_triggerer_is_none(monkeypatch):
+    from airflow.sdk.execution_time import task_runner
+
+    monkeypatch.delattr(task_runner, "SUPERVISOR_COMMS", raising=False)
+    ti = types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1)
+    assert await read_task_view(ti) is None
+    assert await read_task_view(None) is None
+
+
+async def test_read_task_view_of_a_mapped_task(monkeypatch):
+    from airflow.sdk.execution_time import task_runner
+
+    class Comms:
+        async def asend(self, msg):
+            assert msg.map_index == 3 and msg.task_ids == ["t"]
+            return types.SimpleNamespace(task_states={"r": {"t_3": "failed"}})
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Comms(), raising=False)
+    ti = types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=3)
+    assert await read_task_view(ti) == TaskView("failed")
