@@ -23,6 +23,7 @@ from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, g
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
 module_log = logging.getLogger(__name__)  # on_kill's lines reach the triggerer's own log
+DEADLINE_CANCEL_TIMEOUT = 30.0
 ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([triggerer] on_kill_timeout)
 
 EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline")
@@ -197,7 +198,7 @@ class SlurmJobTrigger(BaseTrigger):
                 if reg.superseded:
                     await self._stand_down(reg)
                 if update is None:
-                    yield self._fire("deadline", f"Slurm job {self.job_id} still not finished at its deadline")
+                    yield await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
                     return
                 self._write_logs(update, reg, labels, splitters)
                 reg.ack(update.cycle)
@@ -218,12 +219,12 @@ class SlurmJobTrigger(BaseTrigger):
                     self.log_offsets = {c.path: c.committed for c in reg.cursors}
                     event = await self._terminal_event(update)
                     if event is None:
-                        yield self._fire("deadline", f"Slurm job {self.job_id}: deadline passed")
+                        yield await self._deadline_event(f"Slurm job {self.job_id}: deadline passed")
                         return
                     yield event
                     return
                 if self._deadline_passed():
-                    yield self._fire("deadline", f"Slurm job {self.job_id} still not finished at its deadline")
+                    yield await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
                     return
         finally:
             poller.unregister(reg)
@@ -327,6 +328,18 @@ class SlurmJobTrigger(BaseTrigger):
                 return None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 60.0)
+
+    async def _deadline_event(self, message: str) -> TriggerEvent:
+        """Cancel the job right here (the task may take a while to resume on a worker), then fire.
+
+        Best effort and bounded: the operator cancels again when it resumes, and scancel is idempotent.
+        """
+        try:
+            await asyncio.wait_for(get_poller(self.conn_id).hook.acancel(self.job_id), DEADLINE_CANCEL_TIMEOUT)
+            self.log.info("Cancelled Slurm job %s: %s", self.job_id, message)
+        except Exception as exc:
+            self.log.warning("Could not cancel Slurm job %s at its deadline (%s); the task will", self.job_id, exc)
+        return self._fire("deadline", message)
 
     def _fire(self, status: str, message: str, **extra: Any) -> TriggerEvent:
         self._fired = True

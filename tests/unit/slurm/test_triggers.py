@@ -203,6 +203,15 @@ async def test_unknown_state_waits_until_the_deadline(tmp_path, double):
     assert len(double.state_calls) >= 1  # it kept trying rather than guessing
 
 
+async def test_the_trigger_cancels_the_job_itself_when_its_deadline_passes(tmp_path, double):
+    """execution_timeout / max_wait: the job is cancelled in the triggerer, before the task resumes."""
+    double.states["42"] = JobState.RUNNING
+    trigger = make_trigger(handle_for(tmp_path), double, deadline=time.time() + 0.3)
+    event = await first_event(trigger, double)
+    assert event.payload["status"] == "deadline"
+    assert double.states["42"] is JobState.CANCELED
+
+
 async def test_restart_does_not_replay_logged_lines(tmp_path, double, caplog):
     caplog.set_level(logging.INFO)
     handle = handle_for(tmp_path, stderr_path=str(tmp_path / "slurm-42.out"))
