@@ -1,0 +1,118 @@
+"""Airflow plugin: a task instance of this provider that a user ends from the UI or API has its job cancelled.
+
+Marking a task failed or successful, or setting its run to failed, reaches a running trigger's `on_kill`. But
+a task marked in the first second after it deferred has no trigger running yet: Airflow deletes the trigger
+row before any triggerer has loaded it, no `on_kill` ever runs, and the job would run on, orphaned. This
+listener closes that window. Airflow calls it in the API server right after such a state change; it reads the
+job handle the task left in XCom (`slurm_job` or `burst_job`) and cancels that job in the background.
+With a trigger running as well, both cancel: `scancel` of an ended job and a second SkyPilot cancel are no-ops.
+
+Only a task instance that has ended for good (FAILED or SUCCESS in the database) is acted on, never one going
+up for retry (its next try reattaches to the job), and never from a worker (whose operator handles its own job).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from typing import Any
+
+from airflow.listeners import hookimpl
+from airflow.plugins_manager import AirflowPlugin
+
+log = logging.getLogger(__name__)
+
+SLURM_KEY = "slurm_job"
+BURST_KEY = "burst_job"
+FINAL_STATES = ("failed", "success")
+CANCEL_TIMEOUT = 120.0
+
+
+def _is_database_row(task_instance: Any) -> bool:
+    """True for the metadata database's TaskInstance (API server, scheduler), False in a worker."""
+    return type(task_instance).__module__ == "airflow.models.taskinstance"
+
+
+def _handles(task_instance: Any) -> dict[str, Any]:
+    """The job handles in this task instance's XCom, by key."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(XComModel.key, XComModel.value).where(
+                XComModel.dag_id == task_instance.dag_id,
+                XComModel.run_id == task_instance.run_id,
+                XComModel.task_id == task_instance.task_id,
+                XComModel.map_index == task_instance.map_index,
+                XComModel.key.in_((SLURM_KEY, BURST_KEY)),
+            )
+        ).all()
+    return {key: XComModel.deserialize_value(row) for key, row in ((r.key, r) for r in rows)}
+
+
+def cancel_slurm_job(handle: dict[str, Any]) -> None:
+    from npa_airflow.common.handle import SlurmJobHandle
+    from npa_airflow.slurm.hook import SlurmHook
+
+    job = SlurmJobHandle.from_dict(handle)
+    SlurmHook(slurm_conn_id=job.conn_id).cancel(job.job_id)
+    log.info("Cancelled Slurm job %s (%s): its task instance was ended by a user", job.job_id, job.job_name)
+
+
+def cancel_burst_job(handle: dict[str, Any]) -> None:
+    from npa_airflow.burst.handle import BurstJobHandle
+    from npa_airflow.burst.hook import SkyPilotHook
+    from npa_airflow.burst.watch import cancel_steps, run_steps
+
+    job = BurstJobHandle.from_dict(handle)
+    with SkyPilotHook(job.conn_id).get_client() as client:
+        run_steps(client, cancel_steps(job, client.identity, log, cancel=True, teardown=True))
+    log.info("Cancelled burst job %s: its task instance was ended by a user", job.to_json())
+
+
+CANCELLERS = {SLURM_KEY: cancel_slurm_job, BURST_KEY: cancel_burst_job}
+
+
+def cancel_jobs_of(task_instance: Any) -> threading.Thread | None:
+    """Start cancelling the jobs of an ended task instance in a background thread (None: nothing to do)."""
+    state = getattr(task_instance.state, "value", task_instance.state)
+    if not _is_database_row(task_instance) or state not in FINAL_STATES:
+        return None
+    try:
+        handles = _handles(task_instance)
+    except Exception:
+        log.exception("Could not read the job handles of %s", task_instance)
+        return None
+    if not handles:
+        return None
+
+    def cancel_all() -> None:
+        for key, handle in handles.items():
+            try:
+                CANCELLERS[key](handle)
+            except Exception:
+                log.exception("Could not cancel the job of %s (%s=%s)", task_instance.task_id, key, handle)
+
+    thread = threading.Thread(target=cancel_all, name=f"npa-cancel-{task_instance.task_id}", daemon=True)
+    thread.start()
+    return thread
+
+
+@hookimpl
+def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any) -> None:
+    cancel_jobs_of(task_instance)
+
+
+@hookimpl
+def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
+    cancel_jobs_of(task_instance)
+
+
+class NpaAirflowPlugin(AirflowPlugin):
+    """Registers the listener above (entry point `airflow.plugins`)."""
+
+    name = "npa_airflow"
+    listeners = [sys.modules[__name__]]  # the two hooks above

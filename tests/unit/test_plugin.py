@@ -1,0 +1,50 @@
+"""The listener plugin acts only on task instances that have ended for good, and only in the API server."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from npa_airflow import plugin
+
+
+def test_the_plugin_is_registered_with_airflow():
+    from importlib.metadata import entry_points
+
+    (entry,) = [e for e in entry_points(group="airflow.plugins") if e.name == "npa_airflow"]
+    loaded = entry.load()
+    assert loaded is plugin.NpaAirflowPlugin and plugin in loaded.listeners
+
+
+def test_a_worker_s_task_instance_is_left_to_its_operator(monkeypatch):
+    monkeypatch.setattr(plugin, "_handles", lambda ti: pytest.fail("a worker's task instance must not be looked up"))
+    runtime_ti = types.SimpleNamespace(state="failed", task_id="t")  # not airflow.models.taskinstance
+    assert plugin.cancel_jobs_of(runtime_ti) is None
+
+
+@pytest.mark.parametrize("state", ["up_for_retry", "running", "deferred", None, "queued"])
+def test_a_task_instance_that_has_not_ended_for_good_is_left_alone(monkeypatch, state):
+    from airflow.models.taskinstance import TaskInstance
+
+    monkeypatch.setattr(plugin, "_handles", lambda ti: pytest.fail(f"looked up a {state} task instance"))
+    ti = TaskInstance.__new__(TaskInstance)
+    monkeypatch.setattr(TaskInstance, "state", state, raising=False)
+    assert plugin.cancel_jobs_of(ti) is None
+
+
+@pytest.mark.parametrize("state", ["failed", "success"])
+def test_an_ended_task_instance_has_each_of_its_jobs_cancelled(monkeypatch, state):
+    from airflow.models.taskinstance import TaskInstance
+
+    cancelled = []
+    handles = {"burst_job": {"cluster": "c"}, "slurm_job": {"job_id": "7"}}
+    monkeypatch.setattr(plugin, "_handles", lambda ti: handles)
+    monkeypatch.setitem(plugin.CANCELLERS, "slurm_job", lambda h: cancelled.append(("slurm", h)))
+    monkeypatch.setitem(plugin.CANCELLERS, "burst_job", lambda h: 1 / 0)  # one failure does not stop the rest
+    ti = TaskInstance.__new__(TaskInstance)
+    monkeypatch.setattr(TaskInstance, "state", state, raising=False)
+    monkeypatch.setattr(TaskInstance, "task_id", "t", raising=False)
+    thread = plugin.cancel_jobs_of(ti)
+    thread.join(10)
+    assert cancelled == [("slurm", {"job_id": "7"})]
