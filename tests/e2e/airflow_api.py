@@ -135,11 +135,11 @@ class AirflowApi:
     def extra_links(self, dag_id: str, run_id: str, task_id: str) -> dict[str, str | None]:
         return self.get(f"{self._ti_path(dag_id, run_id, task_id)}/links")["extra_links"]
 
-    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str) -> Any:
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str, map_index: int = -1) -> Any:
         r = self.request(
             "GET",
             f"{self._ti_path(dag_id, run_id, task_id)}/xcomEntries/{_q(key)}",
-            params={"deserialize": "true"},
+            params={"deserialize": "true", "map_index": map_index},
             expect=(200, 404),
         )
         return r.json()["value"] if r.status_code == 200 else None

@@ -51,12 +51,12 @@ class AirflowInstance:
         self.script("start-triggerer")
 
 
-@pytest.fixture(scope="session")
-def airflow(slurm_cluster) -> Iterator[AirflowInstance]:
+def _deployment(shape: str, home: str, port: str) -> Iterator[AirflowInstance]:
     env = {
         **os.environ,
-        "NPA_AIRFLOW_HOME": os.environ.get("NPA_E2E_AIRFLOW_HOME", "/var/tmp/npa-airflow-e2e"),
-        "NPA_AIRFLOW_PORT": os.environ.get("NPA_E2E_AIRFLOW_PORT", "28090"),
+        "NPA_AIRFLOW_SHAPE": shape,
+        "NPA_AIRFLOW_HOME": home,
+        "NPA_AIRFLOW_PORT": port,
         "NPA_AIRFLOW_EXTRA_DAGS": str(E2E_DAGS),
         "NPA_AIRFLOW_CLUSTER": "0",  # the slurm_cluster fixture has brought the cluster up already
         "NPA_AIRFLOW_USER": "admin",
@@ -65,21 +65,39 @@ def airflow(slurm_cluster) -> Iterator[AirflowInstance]:
     }
     keep = os.environ.get("NPA_E2E_KEEP") == "1"
     instance = AirflowInstance(
-        api=AirflowApi(f"http://127.0.0.1:{env['NPA_AIRFLOW_PORT']}", "admin", "e2e-admin"),
-        env=env,
-        home=Path(env["NPA_AIRFLOW_HOME"]),
+        api=AirflowApi(f"http://127.0.0.1:{port}", "admin", "e2e-admin"), env=env, home=Path(home)
     )
     reuse = keep and subprocess.run([str(AIRFLOW_SCRIPT), "status"], env=env, capture_output=True).returncode == 0
     if not reuse:
         started = time.monotonic()
-        instance.script("up", "--fresh", timeout=600)
-        print(f"\n[e2e] Airflow up in {time.monotonic() - started:.0f}s")
+        instance.script("up", "--shape", shape, "--fresh", timeout=600)
+        print(f"\n[e2e] Airflow ({shape} shape) up in {time.monotonic() - started:.0f}s")
     try:
         yield instance
     finally:
         instance.api.close()
         if not keep:
-            instance.script("down", timeout=120)
+            instance.script("down", timeout=300)
+
+
+@pytest.fixture(scope="session")
+def airflow(slurm_cluster) -> Iterator[AirflowInstance]:
+    """The quick shape: SQLite, LocalExecutor, one scheduler, one triggerer."""
+    yield from _deployment(
+        "quick",
+        os.environ.get("NPA_E2E_AIRFLOW_HOME", "/var/tmp/npa-airflow-e2e"),
+        os.environ.get("NPA_E2E_AIRFLOW_PORT", "28090"),
+    )
+
+
+@pytest.fixture(scope="session")
+def production(slurm_cluster) -> Iterator[AirflowInstance]:
+    """The production shape: PostgreSQL, Redis, Celery (two workers), two schedulers, two triggerers."""
+    yield from _deployment(
+        "production",
+        os.environ.get("NPA_E2E_PROD_AIRFLOW_HOME", "/var/tmp/npa-airflow-prod-e2e"),
+        os.environ.get("NPA_E2E_PROD_AIRFLOW_PORT", "28190"),
+    )
 
 
 @pytest.fixture(scope="session")

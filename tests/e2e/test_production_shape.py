@@ -1,8 +1,7 @@
 """dev/airflow's production shape: PostgreSQL, Redis, CeleryExecutor, two schedulers, two triggerers, two workers.
 
-It runs in its own home and ports (not the session's quick-shape Airflow, not a demo instance), is brought up
-when it is not already running, and is stopped after this module unless it was running before or
-NPA_E2E_KEEP=1.
+It is the session's production-shape deployment (tests/e2e/conftest.py): its own home and ports, apart from the
+quick-shape Airflow and from a demo instance.
 """
 
 from __future__ import annotations
@@ -10,14 +9,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.airflow_api import AirflowApi, poll
-from tests.e2e.conftest import AIRFLOW_SCRIPT, E2E_DAGS
+from tests.e2e.conftest import AIRFLOW_SCRIPT
 
 pytestmark = pytest.mark.e2e
 
@@ -32,17 +29,8 @@ LOOPBACK = ("127.", "[::1]")
 
 
 class Production:
-    def __init__(self) -> None:
-        self.env = {
-            **os.environ,
-            "NPA_AIRFLOW_SHAPE": "production",
-            "NPA_AIRFLOW_HOME": str(HOME),
-            "NPA_AIRFLOW_PORT": str(PORT),
-            "NPA_AIRFLOW_EXTRA_DAGS": str(E2E_DAGS),
-            "NPA_AIRFLOW_CLUSTER": "0",  # the slurm_cluster fixture has brought the cluster up already
-            "NPA_AIRFLOW_USER": "admin",
-            "NPA_AIRFLOW_PASSWORD": PASSWORD,
-        }
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -81,18 +69,9 @@ def proc_state(pid: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def production(slurm_cluster) -> Iterator[Production]:
-    prod = Production()
-    running_before = prod.run("status", timeout=60).returncode == 0
-    if not running_before:
-        started = time.monotonic()
-        prod.script("up", "--shape", "production", timeout=600)
-        print(f"\n[e2e] production shape up in {time.monotonic() - started:.0f}s")
-    try:
-        yield prod
-    finally:
-        if not running_before and os.environ.get("NPA_E2E_KEEP") != "1":
-            prod.script("down", timeout=300)
+def production(production) -> Production:
+    """The session's production-shape deployment (tests/e2e/conftest.py), with status and process helpers."""
+    return Production(production.env)
 
 
 def test_every_component_runs_and_is_healthy(production):

@@ -1,0 +1,233 @@
+"""Faults on the production shape (PostgreSQL, Redis, Celery, two schedulers, two triggerers): no Slurm job is
+lost, duplicated, orphaned or cancelled without a user's action, and a user's action cancels.
+
+Each test prints one `[fault]` line with its figures; docs/reliability.md holds them. Slurm's side is read
+with sacct over ssh; which triggerer holds a trigger is read from the metadata database (dev/airflow names
+each component's job after the component).
+"""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+import time
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.e2e.airflow_api import poll
+from tests.e2e.slurm_runs import DAG_ID, TASK_ID, start_job, ticks, wait_for_ticks
+
+pytestmark = pytest.mark.e2e
+
+TRIGGERERS = ("triggerer-1", "triggerer-2")
+STALL_RUNS = 5
+MARK_RUNS = 10
+
+
+@pytest.fixture(scope="module")
+def prod(production):
+    return production
+
+
+@pytest.fixture(scope="module")
+def api(prod):
+    return prod.api
+
+
+@pytest.fixture(scope="module")
+def db(prod) -> Iterator:
+    out = prod.script("env").stdout
+    url = next(
+        shlex.split(line.split("=", 1)[1])[0]
+        for line in out.splitlines()
+        if line.startswith("export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=")
+    )
+    engine = create_engine(url, pool_pre_ping=True)
+    yield engine
+    engine.dispose()
+
+
+def holder(db, dag_id: str, run_id: str, task_id: str) -> str | None:
+    """The component (triggerer-1 / triggerer-2) whose triggerer job holds the task's trigger."""
+    query = text(
+        "SELECT j.hostname FROM task_instance ti JOIN trigger t ON t.id = ti.trigger_id "
+        "JOIN job j ON j.id = t.triggerer_id WHERE ti.dag_id = :d AND ti.run_id = :r AND ti.task_id = :t"
+    )
+    try:
+        with db.connect() as conn:
+            row = conn.execute(query, {"d": dag_id, "r": run_id, "t": task_id}).first()
+    except Exception:  # PostgreSQL restarting
+        return None
+    return row[0] if row else None
+
+
+def wait_holder(db, run_id: str, not_this: str | None = None, timeout: float = 90) -> str:
+    return poll(
+        lambda: (h := holder(db, DAG_ID, run_id, TASK_ID)) in TRIGGERERS and h != not_this and h,
+        timeout,
+        f"a triggerer other than {not_this} holding the trigger",
+        interval=0.5,
+    )
+
+
+def jobs_named(cluster_ssh, prefix: str) -> list[tuple[str, str, str]]:
+    """(job id, name, state) of every job in accounting whose name starts with `prefix`."""
+    out = cluster_ssh("sacct -X -n -P -a -S now-2hours -o JobID,JobName,State", check=True).stdout
+    rows = [tuple(line.split("|")) for line in out.splitlines() if line.strip()]
+    return [r for r in rows if len(r) == 3 and r[1].startswith(prefix)]
+
+
+def test_a_stalled_holder_triggerer_never_cancels_the_job(prod, api, db, sacct_state):
+    """SIGSTOP the triggerer holding a waiting task for twice the health-check threshold, then SIGCONT it: the
+    other triggerer takes over; the stalled one, told its trigger was cancelled 'by user action', must not
+    cancel. The job completes, the task succeeds, and its log has every line once, in order."""
+    threshold = float(prod.script("cli", "config", "get-value", "triggerer", "triggerer_health_check_threshold").stdout)
+    seconds = int(2 * threshold) + 20
+    results = []
+    for run in range(1, STALL_RUNS + 1):
+        run_id, ti, job_id = start_job(api, seconds=seconds)
+        wait_for_ticks(api, run_id, ti["try_number"], at_least=3)
+        stalled = wait_holder(db, run_id)
+        prod.script("pause", stalled)
+        try:
+            time.sleep(2 * threshold)
+            taken_over_by = holder(db, DAG_ID, run_id, TASK_ID)
+        finally:
+            prod.script("resume", stalled)
+        done = api.wait_for_state(DAG_ID, run_id, TASK_ID, {"success"}, timeout=seconds + 180)
+        state = sacct_state(job_id)
+        got = ticks(api.log_lines(DAG_ID, run_id, TASK_ID, done["try_number"]))
+        results.append((run, stalled, taken_over_by, state, len(got)))
+        assert taken_over_by in TRIGGERERS and taken_over_by != stalled, f"run {run}: no takeover ({taken_over_by})"
+        assert state == "COMPLETED", f"run {run}: the job ended {state} after a triggerer stall"
+        assert got == list(range(1, seconds + 1)), f"run {run}: lines lost or written twice: {got}"
+    print(f"\n[fault] triggerer stall {2 * threshold:.0f}s x{STALL_RUNS}: {results}")
+
+
+def test_a_killed_holder_triggerer_is_replaced_without_replay_or_loss(prod, api, db, sacct_state):
+    threshold = float(prod.script("cli", "config", "get-value", "triggerer", "triggerer_health_check_threshold").stdout)
+    seconds = int(threshold) + 40
+    run_id, ti, job_id = start_job(api, seconds=seconds)
+    wait_for_ticks(api, run_id, ti["try_number"], at_least=3)
+    killed = wait_holder(db, run_id)
+    prod.script("kill", killed)
+    try:
+        taken_over_by = wait_holder(db, run_id, not_this=killed, timeout=threshold + 60)
+        done = api.wait_for_state(DAG_ID, run_id, TASK_ID, {"success"}, timeout=seconds + 180)
+    finally:
+        prod.script("start", killed, timeout=300)
+    assert sacct_state(job_id) == "COMPLETED"
+    got = ticks(api.log_lines(DAG_ID, run_id, TASK_ID, done["try_number"]))
+    assert got == list(range(1, seconds + 1)), f"lines lost or written twice across the kill: {got}"
+    print(f"\n[fault] {killed} SIGKILLed, {taken_over_by} took over: {len(got)}/{seconds} lines, each once")
+
+
+@pytest.mark.parametrize("action", ["failed", "success", "clear", "run failed"])
+def test_a_users_action_cancels_the_job_on_the_production_shape(api, wait_sacct, action):
+    latencies = []
+    for _ in range(MARK_RUNS if action == "failed" else 1):
+        run_id, ti, job_id = start_job(api, seconds=120)
+        wait_for_ticks(api, run_id, ti["try_number"], at_least=2)
+        marked_at = time.monotonic()
+        if action == "clear":
+            api.request(
+                "POST",
+                f"/api/v2/dags/{DAG_ID}/clearTaskInstances",
+                json={"dry_run": False, "dag_run_id": run_id, "task_ids": [TASK_ID], "only_failed": False},
+            )
+        elif action == "run failed":
+            api.request("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}", json={"state": "failed"})
+        else:
+            api.set_state(DAG_ID, run_id, TASK_ID, action)
+        wait_sacct(job_id, ("CANCELLED",), timeout=60)
+        latencies.append(time.monotonic() - marked_at)
+        if action == "clear":  # the new try runs a new job: end it too
+            api.wait_for_state(DAG_ID, run_id, TASK_ID, {"deferred"}, timeout=120)
+            api.set_state(DAG_ID, run_id, TASK_ID, "failed")
+    print(
+        f"\n[fault] {action} -> CANCELLED x{len(latencies)}: p50 {statistics.median(latencies):.1f}s "
+        f"max {max(latencies):.1f}s"
+    )
+
+
+def test_marked_at_the_moment_of_deferral_the_job_is_cancelled(api, wait_sacct):
+    """The trigger has not started yet (often no triggerer has loaded it): no on_kill can run."""
+    latencies = []
+    for _ in range(MARK_RUNS):
+        run_id, _, job_id = start_job(api, seconds=120)
+        marked_at = time.monotonic()
+        api.set_state(DAG_ID, run_id, TASK_ID, "failed")
+        wait_sacct(job_id, ("CANCELLED",), timeout=60)
+        latencies.append(time.monotonic() - marked_at)
+    print(
+        f"\n[fault] failed at deferral -> CANCELLED {len(latencies)}/{MARK_RUNS}: "
+        f"p50 {statistics.median(latencies):.1f}s max {max(latencies):.1f}s"
+    )
+
+
+def test_a_worker_killed_after_sbatch_leaves_one_job_adopted_by_the_retry(prod, api, cluster_ssh, db):
+    """SIGKILL the Celery worker after sbatch returned and before the handle reached XCom: the task's retry
+    finds the job by its name and waits for it; no second job is submitted."""
+    dag_id = "npa_e2e_slurm_worker_kill"
+    api.wait_for_dag(dag_id)
+    run_id = api.trigger(dag_id, conf={"seconds": 40, "linger": 120})
+    lines = poll(
+        lambda: (lines := api.log_lines(dag_id, run_id, TASK_ID, 1)) and any("lingering" in x for x in lines) and lines,
+        180,
+        "the submission and the linger",
+    )
+    job_name = next(x for x in lines if "Submitted" in x and "as Slurm job" in x).split()[1]
+    worker = api.task_instance(dag_id, run_id, TASK_ID)["hostname"]
+    assert worker.startswith("celery-worker-"), worker
+    prod.script("kill", worker)
+    try:
+        done = api.wait_for_state(dag_id, run_id, TASK_ID, {"success"}, timeout=600)
+    finally:
+        prod.script("start", worker, timeout=300)
+    prefix = job_name.rsplit("-t", 1)[0]
+    jobs = jobs_named(cluster_ssh, prefix)
+    assert done["try_number"] == 2
+    assert [(name, state) for _, name, state in jobs] == [(job_name, "COMPLETED")], jobs
+    print(f"\n[fault] {worker} SIGKILLed after sbatch: try 2 adopted {job_name}; jobs: {jobs}")
+
+
+def test_database_broker_and_scheduler_faults_while_twenty_tasks_wait(prod, api, cluster_ssh):
+    """PostgreSQL restarted, Redis restarted and scheduler-1 killed while 20 mapped tasks wait on their jobs:
+    every task succeeds, with exactly one COMPLETED job each."""
+    dag_id = "npa_e2e_slurm_many"
+    api.wait_for_dag(dag_id)
+    run_id = api.trigger(dag_id, conf={"seconds": 90})
+
+    def states() -> list[str]:
+        r = api.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
+        return [ti["state"] for ti in r.json()["task_instances"]]
+
+    poll(lambda: (s := states()) and len(s) == 20 and all(x == "deferred" for x in s), 300, "20 deferred tasks")
+    prod.script("stop", "postgres", timeout=120)
+    time.sleep(10)
+    prod.script("start", "postgres", timeout=300)
+    prod.script("stop", "redis", timeout=120)
+    time.sleep(5)
+    prod.script("start", "redis", timeout=300)
+    prod.script("kill", "scheduler-1")
+    try:
+        poll(lambda: (s := states()) and all(x == "success" for x in s), 600, "all 20 tasks to succeed", interval=5)
+    finally:
+        prod.script("start", "scheduler-1", timeout=300)
+    r = api.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
+    names = set()
+    for ti in r.json()["task_instances"]:
+        handle = api.xcom(dag_id, run_id, TASK_ID, "slurm_job", map_index=ti["map_index"])
+        names.add(handle["job_name"].rsplit("-t", 1)[0])
+    assert len(names) == 20
+    jobs = [j for prefix in names for j in jobs_named(cluster_ssh, prefix)]
+    assert len(jobs) == 20 and {state for _, _, state in jobs} == {"COMPLETED"}, jobs
+    print("\n[fault] postgres + redis restarted, scheduler-1 killed under 20 waiting tasks: 20 jobs, all COMPLETED")
+
+
+def test_no_job_left_running(cluster_ssh):
+    """After the faults: nothing of these DAGs still runs or pends on the cluster."""
+    out = cluster_ssh("squeue -h -o '%j %T'", check=True).stdout
+    assert not [line for line in out.splitlines() if line.startswith("npa-npa-e2e-")], out
