@@ -17,6 +17,7 @@ from npa_airflow.common.ownership import (
     decide,
     read_claim_xcom,
     read_task_view,
+    shielded,
     write_claim_xcom,
 )
 
@@ -121,20 +122,23 @@ class BurstJobTrigger(BaseTrigger):
         if self._fired or not self.cancel_on_kill:
             return
         self._fired = True
+        try:
+            await shielded(self._cancel_unless_moved())
+        except Exception:
+            self.log.exception("Cancelling burst job %s failed", self._current.to_json())
+
+    async def _cancel_unless_moved(self) -> None:
         from npa_airflow.burst.watch import arun_steps, cancel_steps
 
         end = time.monotonic() + ON_KILL_TIMEOUT
-        try:
-            verdict, why = await decide(self._observe_ownership, self._claim, bound=DECIDE_SECONDS)
-            if verdict is not Verdict.CANCEL:
-                self.log.info("Not cancelling burst job %s (%s): %s", self._current.to_json(), verdict.value, why)
-                return
-            self.log.info("Cancelling burst job %s: %s", self._current.to_json(), why)
-            async with await self._hook().aget_client() as client:
-                steps = cancel_steps(self._current, client.identity, self.log, wait=False)
-                await asyncio.wait_for(arun_steps(client, steps), timeout=max(5.0, end - time.monotonic()))
-        except Exception:
-            self.log.exception("Cancelling burst job %s failed", self._current.to_json())
+        verdict, why = await decide(self._observe_ownership, self._claim, bound=DECIDE_SECONDS)
+        if verdict is not Verdict.CANCEL:
+            self.log.info("Not cancelling burst job %s (%s): %s", self._current.to_json(), verdict.value, why)
+            return
+        self.log.info("Cancelling burst job %s: %s", self._current.to_json(), why)
+        async with await self._hook().aget_client() as client:
+            steps = cancel_steps(self._current, client.identity, self.log, wait=False)
+            await asyncio.wait_for(arun_steps(client, steps), timeout=max(5.0, end - time.monotonic()))
 
     async def _observe_ownership(self) -> tuple[Claim | None, TaskView | None]:
         ti = getattr(self, "task_instance", None)

@@ -14,7 +14,10 @@ nothing, so `on_kill` decides from two facts instead:
   cleared and started again (a clear still cancels, as it always has).
 
 A move never cancels. When neither fact settles it within the bound, nothing is cancelled and the reason is
-logged; a job whose task has really ended is then found by the orphan sweep.
+logged (a user's action is also seen by the listener in `npa_airflow.plugin`, which cancels from the API server).
+
+Airflow 3.3.2 also cancels the trigger's task again at every loop of its trigger runner (about once a second)
+while `on_kill` runs, which would cut the decision short; `shielded` lets it finish within its own bound.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ READ_TIMEOUT = 10.0
 DEFERRED = "deferred"
 CLAIM_XCOM_KEY = "npa_trigger_claim"
 _warm_up: list[asyncio.Task[Any]] = []  # this process's one warm-up request, kept referenced
+_in_flight: set[asyncio.Future[Any]] = set()  # shielded on_kill work, kept referenced until it ends
 
 
 @dataclass(frozen=True)
@@ -62,9 +66,11 @@ class Claim:
 
 @dataclass(frozen=True)
 class TaskView:
-    """The task instance as the metadata database has it now (`state` None: no state, e.g. just cleared)."""
+    """The task instance as the metadata database has it now (`state` None: no state, e.g. just cleared), and
+    the try that last reached its job, when the operator records it (None: unknown)."""
 
     state: str | None
+    waiting_try: int | None = None
 
 
 class Verdict(enum.Enum):
@@ -80,6 +86,8 @@ def kill_verdict(mine: Claim | None, current: Claim | None, task: TaskView | Non
             return Verdict.MOVED, f"another trigger of try {current.try_number} has claimed the job"
         if current.try_number > mine.try_number:
             return Verdict.CANCEL, f"try {current.try_number} has claimed the job: try {mine.try_number} was cleared"
+    if task is not None and mine is not None and task.waiting_try is not None and task.waiting_try > mine.try_number:
+        return Verdict.CANCEL, f"try {task.waiting_try} has started: try {mine.try_number} was cleared"
     if task is not None and task.state != DEFERRED:
         return Verdict.CANCEL, f"the task instance is {task.state or 'cleared (no state)'}"
     if task is None:
@@ -115,11 +123,13 @@ def _map_index(ti: Any) -> int | None:
     return ti.map_index if getattr(ti, "map_index", None) is not None and ti.map_index >= 0 else None
 
 
-async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT) -> TaskView | None:
+async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT, try_key: str | None = None) -> TaskView | None:
     """The current state of trigger's task instance `ti` (a TaskInstanceDTO), through the triggerer's
-    supervisor; None when there is no supervisor (dag.test) or the read fails."""
+    supervisor, and with `try_key` the try number the operator last pushed under that XCom key; None when
+    there is no supervisor (dag.test) or the read fails."""
     if ti is None:
         return None
+    waiting_try = await _read_xcom(ti, try_key, timeout) if try_key else None
     try:
         from airflow.sdk.execution_time.comms import GetTaskStates
 
@@ -130,7 +140,18 @@ async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT) -> TaskView | N
     states = _flatten((getattr(response, "task_states", None) or {}).get(ti.run_id))
     if len(states) != 1:
         return None
-    return TaskView(states[0])
+    if isinstance(waiting_try, str) and waiting_try.isdigit():
+        waiting_try = int(waiting_try)
+    return TaskView(states[0], waiting_try if isinstance(waiting_try, int) else None)
+
+
+async def shielded(work: Awaitable[Any]) -> Any:
+    """Await `work` so that cancelling the caller (Airflow re-cancels a trigger while its on_kill runs) does not
+    cancel `work`: it goes on in the background until it ends by itself."""
+    task = asyncio.ensure_future(work)
+    _in_flight.add(task)
+    task.add_done_callback(_in_flight.discard)
+    return await asyncio.shield(task)
 
 
 def warm_task_reads(ti: Any) -> None:
@@ -166,15 +187,13 @@ async def write_claim_xcom(ti: Any, claim: Claim, timeout: float = 60.0) -> bool
     return True
 
 
-async def read_claim_xcom(ti: Any, timeout: float = READ_TIMEOUT) -> Claim | None:
-    """The claim now in the task instance's XCom CLAIM_XCOM_KEY; None when absent or unreadable."""
-    if ti is None:
-        return None
+async def _read_xcom(ti: Any, key: str, timeout: float) -> Any:
+    """The value of the task instance's XCom `key` (None when absent or unreadable)."""
     try:
         from airflow.sdk.execution_time.comms import GetXCom
 
         request = GetXCom(
-            key=CLAIM_XCOM_KEY,
+            key=key,
             dag_id=ti.dag_id,
             run_id=ti.run_id,
             task_id=ti.task_id,
@@ -183,7 +202,14 @@ async def read_claim_xcom(ti: Any, timeout: float = READ_TIMEOUT) -> Claim | Non
         response = await asyncio.wait_for(_comms().asend(request), timeout)
     except Exception:
         return None
-    value = getattr(response, "value", None)
+    return getattr(response, "value", None)
+
+
+async def read_claim_xcom(ti: Any, timeout: float = READ_TIMEOUT) -> Claim | None:
+    """The claim now in the task instance's XCom CLAIM_XCOM_KEY; None when absent or unreadable."""
+    if ti is None:
+        return None
+    value = await _read_xcom(ti, CLAIM_XCOM_KEY, timeout)
     return Claim.parse(value) if isinstance(value, str) else None
 
 

@@ -16,7 +16,16 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from npa_airflow.common.handle import SlurmJobHandle
-from npa_airflow.common.ownership import Claim, TaskView, Verdict, decide, read_task_view, warm_task_reads
+from npa_airflow.common.links import SLURM_TRY_XCOM_KEY
+from npa_airflow.common.ownership import (
+    Claim,
+    TaskView,
+    Verdict,
+    decide,
+    read_task_view,
+    shielded,
+    warm_task_reads,
+)
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, get_poller, offsets_file_for
 
@@ -358,7 +367,7 @@ class SlurmJobTrigger(BaseTrigger):
         if self._fired or not self.cancel_on_kill:
             return
         try:
-            await asyncio.wait_for(self._cancel_unless_moved(), ON_KILL_TIMEOUT)
+            await shielded(asyncio.wait_for(self._cancel_unless_moved(), ON_KILL_TIMEOUT))
         except Exception as exc:  # TimeoutError included
             self.log.error("Could not cancel Slurm job %s: %s", self.job_id, exc or type(exc).__name__)
 
@@ -369,7 +378,7 @@ class SlurmJobTrigger(BaseTrigger):
                 current = await get_poller(self.conn_id).read_claim(self._claim_file)
             except Exception as exc:
                 module_log.warning("Could not read the claim on Slurm job %s (%s)", self.job_id, exc)
-        return current, await read_task_view(getattr(self, "task_instance", None))
+        return current, await read_task_view(getattr(self, "task_instance", None), try_key=SLURM_TRY_XCOM_KEY)
 
     async def _cancel_unless_moved(self) -> None:
         reg = self._registration

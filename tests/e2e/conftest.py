@@ -38,8 +38,13 @@ class AirflowInstance:
     env: dict[str, str]
     home: Path
 
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(AIRFLOW_SCRIPT), *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
     def script(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([str(AIRFLOW_SCRIPT), *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        r = self.run(*args, timeout=timeout)
         if r.returncode != 0:
             raise AssertionError(f"dev/airflow {' '.join(args)} exited {r.returncode}:\n{r.stderr}\n{r.stdout}")
         return r
@@ -90,9 +95,11 @@ def airflow(slurm_cluster) -> Iterator[AirflowInstance]:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def production(slurm_cluster) -> Iterator[AirflowInstance]:
-    """The production shape: PostgreSQL, Redis, Celery (two workers), two schedulers, two triggerers."""
+    """The production shape: PostgreSQL, Redis, Celery (two workers), two schedulers, two triggerers.
+
+    Per module: its ten processes would otherwise load the 2-core machine for the rest of the session."""
     yield from _deployment(
         "production",
         os.environ.get("NPA_E2E_PROD_AIRFLOW_HOME", "/var/tmp/npa-airflow-prod-e2e"),

@@ -1,6 +1,6 @@
 """dev/airflow's production shape: PostgreSQL, Redis, CeleryExecutor, two schedulers, two triggerers, two workers.
 
-It is the session's production-shape deployment (tests/e2e/conftest.py): its own home and ports, apart from the
+It is the production-shape deployment of tests/e2e/conftest.py: its own home and ports, apart from the
 quick-shape Airflow and from a demo instance.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.airflow_api import AirflowApi, poll
-from tests.e2e.conftest import AIRFLOW_SCRIPT
+from tests.e2e.conftest import AirflowInstance
 
 pytestmark = pytest.mark.e2e
 
@@ -29,19 +29,11 @@ LOOPBACK = ("127.", "[::1]")
 
 
 class Production:
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
+    """The deployment (tests/e2e/conftest.py's AirflowInstance) with status and process helpers."""
 
-    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(AIRFLOW_SCRIPT), *args], env=self.env, capture_output=True, text=True, timeout=timeout
-        )
-
-    def script(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        r = self.run(*args, timeout=timeout)
-        if r.returncode != 0:
-            raise AssertionError(f"dev/airflow {' '.join(args)} exited {r.returncode}:\n{r.stderr}\n{r.stdout}")
-        return r
+    def __init__(self, instance: AirflowInstance) -> None:
+        self.run = instance.run
+        self.script = instance.script
 
     def status(self) -> tuple[int, dict[str, tuple[int | None, str]], str]:
         """Exit code, {component: (pid, state)} and the whole output of `dev/airflow status`."""
@@ -71,7 +63,7 @@ def proc_state(pid: int) -> str:
 @pytest.fixture(scope="module")
 def production(production) -> Production:
     """The session's production-shape deployment (tests/e2e/conftest.py), with status and process helpers."""
-    return Production(production.env)
+    return Production(production)
 
 
 def test_every_component_runs_and_is_healthy(production):

@@ -15,7 +15,13 @@ from airflow.sdk import DAG
 from npa_airflow.slurm.operators import SlurmSubmitOperator
 
 MANY = 20
-TICKS = 'for i in $(seq 1 {{ params.seconds }}); do echo "tick $i of {{ params.seconds }}"; sleep 1; done'
+TICKER = {
+    "command": 'for i in $(seq 1 {{ params.seconds }}); do echo "tick $i of {{ params.seconds }}"; sleep 1; done',
+    "partition": "cpu",
+    "gpus_per_node": 0,
+    "cpus_per_task": 1,
+    "time_hours": 0.25,
+}
 
 
 class LingeringSubmitOperator(SlurmSubmitOperator):
@@ -37,26 +43,9 @@ with DAG(
     params={"seconds": 30, "linger": 60},
     tags=["npa-e2e"],
 ):
-    LingeringSubmitOperator(
-        task_id="ticker",
-        command=TICKS,
-        partition="cpu",
-        gpus_per_node=0,
-        cpus_per_task=1,
-        time_hours=0.25,
-        poll_interval=2,
-        retries=1,
-        retry_delay=0,
-    )
+    LingeringSubmitOperator(task_id="ticker", poll_interval=2, retries=1, retry_delay=0, **TICKER)
 
 with DAG(dag_id="npa_e2e_slurm_many", schedule=None, catchup=False, params={"seconds": 60}, tags=["npa-e2e"]):
-    SlurmSubmitOperator.partial(
-        task_id="ticker",
-        command=TICKS,
-        partition="cpu",
-        gpus_per_node=0,
-        cpus_per_task=1,
-        time_hours=0.25,
-        poll_interval=5,
-        max_active_tis_per_dagrun=32,
-    ).expand(environment=[{"NPA_E2E_INDEX": str(i)} for i in range(MANY)])
+    SlurmSubmitOperator.partial(task_id="ticker", poll_interval=5, max_active_tis_per_dagrun=32, **TICKER).expand(
+        environment=[{"NPA_E2E_INDEX": str(i)} for i in range(MANY)]
+    )

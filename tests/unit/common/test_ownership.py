@@ -30,6 +30,10 @@ MINE = Claim(2, "a" * 16)
         (None, None, Verdict.UNDECIDED),
         # an older try's claim left behind says nothing about this one
         (Claim(1, "b" * 16), TaskView("deferred"), Verdict.UNDECIDED),
+        # a later try has started (the operator recorded it): this try was cleared, even if deferred again
+        (MINE, TaskView("deferred", waiting_try=3), Verdict.CANCEL),
+        (MINE, TaskView("deferred", waiting_try=2), Verdict.UNDECIDED),
+        (Claim(2, "b" * 16), TaskView("deferred", waiting_try=3), Verdict.MOVED),
     ],
 )
 def test_kill_verdict(current, task, verdict):
@@ -94,3 +98,24 @@ async def test_read_task_view_of_a_mapped_task(monkeypatch):
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Comms(), raising=False)
     ti = types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=3)
     assert await read_task_view(ti) == TaskView("failed")
+
+
+async def test_shielded_work_finishes_when_its_caller_is_cancelled():
+    """Airflow re-cancels a trigger about once a second while its on_kill runs."""
+    import asyncio
+
+    done = []
+
+    async def work():
+        await asyncio.sleep(0.2)
+        done.append(True)
+
+    from npa_airflow.common.ownership import shielded
+
+    caller = asyncio.ensure_future(shielded(work()))
+    await asyncio.sleep(0.05)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await asyncio.sleep(0.3)
+    assert done == [True]

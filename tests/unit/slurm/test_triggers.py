@@ -365,3 +365,33 @@ async def test_on_kill_logs_instead_of_raising(tmp_path, double, supervisor, cap
     get_poller("slurm_test", lambda _: double)
     await for_task_instance(make_trigger(handle_for(tmp_path), double)).on_kill()
     assert any("Could not cancel Slurm job 42" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_cleared_try_cancels_even_when_the_next_try_is_already_deferred(tmp_path, double, supervisor):
+    """A clear, and the next try reattached and deferred before on_kill ran (its XCom names try 2)."""
+    supervisor.state = "deferred"
+    supervisor.xcoms["slurm_try"] = 2
+    double.states["42"] = JobState.RUNNING
+    trigger = for_task_instance(make_trigger(handle_for(tmp_path), double))
+    task = await start_watching(trigger, double)
+    task.cancel()
+    await trigger.on_kill()
+    assert double.states["42"] is JobState.CANCELED
+
+
+async def test_on_kill_finishes_its_decision_when_airflow_cancels_it_again(tmp_path, double, supervisor):
+    """The trigger runner cancels the trigger's task again at its next loop while on_kill is still deciding."""
+    supervisor.state = "deferred"
+    double.states["42"] = JobState.RUNNING
+    trigger = for_task_instance(make_trigger(handle_for(tmp_path), double))
+    task = await start_watching(trigger, double)
+    task.cancel()
+    kill = asyncio.ensure_future(trigger.on_kill())
+    await asyncio.sleep(0.2)
+    kill.cancel()  # the runner's next loop
+    supervisor.state = "failed"  # the database now shows the user's mark
+    for _ in range(50):
+        if double.states["42"] is JobState.CANCELED:
+            break
+        await asyncio.sleep(0.1)
+    assert double.states["42"] is JobState.CANCELED
