@@ -26,7 +26,7 @@ import random
 import shlex
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +118,12 @@ class Registration:
     def superseded(self) -> bool:
         return self.superseded_by is not None
 
+    def commit_guard(self) -> dict[str, tuple[str, Claim]]:
+        """The guard that keeps this registration's offsets write to while its claim stands (see the builder)."""
+        if self.claimed and self.claim is not None and self.claim_file and self.offsets_file:
+            return {self.offsets_file: (self.claim_file, self.claim)}
+        return {}
+
     def ack(self, cycle: int) -> None:
         """The trigger has written everything of `cycle` to the task log."""
         self.acked_cycle = max(self.acked_cycle, cycle)
@@ -159,14 +165,28 @@ class PollerStats:
 # Pure builders/parsers for the offsets file (kept here: only the poller uses them)
 
 
-def build_commit_offsets(entries: Sequence[tuple[str, str]]) -> str:
-    """Shell fragment that atomically writes each (offsets file, JSON payload); silent, never fails."""
+def build_commit_offsets(
+    entries: Sequence[tuple[str, str]], guards: Mapping[str, tuple[str, Claim]] | None = None
+) -> str:
+    """Shell fragment that atomically writes each (offsets file, JSON payload); silent, never fails.
+
+    With `guards[offsets file] = (claim file, claim)`, that file is written only while the claim file still
+    holds that claim: a trigger that another one has superseded never winds the offsets back.
+    """
     parts = []
     for path, payload in entries:
         tmp = shlex.quote(path + ".tmp")
-        parts.append(
+        write = (
             f"{{ printf '%s\\n' {shlex.quote(payload)} > {tmp} && mv -f {tmp} {shlex.quote(path)}; }} >/dev/null 2>&1"
         )
+        guard = (guards or {}).get(path)
+        if guard is not None:
+            claim_file, claim = guard
+            write = (
+                f"l=; {{ read -r l < {shlex.quote(claim_file)}; }} 2>/dev/null; "
+                f'if [ "$l" = {shlex.quote(claim.line())} ]; then {write}; fi'
+            )
+        parts.append(write)
     return "; ".join(parts)
 
 
@@ -304,7 +324,7 @@ class SlurmPoller:
             return
         if all(c.committed == c.persisted for c in reg.cursors):
             return
-        cmd = build_commit_offsets([(reg.offsets_file, reg.offsets_payload())])
+        cmd = build_commit_offsets([(reg.offsets_file, reg.offsets_payload())], reg.commit_guard())
         try:
             await asyncio.wait_for(self.hook.arun(cmd, timeout=timeout, check=False), timeout)
             for c in reg.cursors:
@@ -458,7 +478,8 @@ class SlurmPoller:
         if not dirty:
             return
         written = [(r, {c.path: c.committed for c in r.cursors}) for r in dirty]
-        command = build_commit_offsets([(r.offsets_file or "", r.offsets_payload()) for r in dirty])
+        guards = {path: guard for r in dirty for path, guard in r.commit_guard().items()}
+        command = build_commit_offsets([(r.offsets_file or "", r.offsets_payload()) for r in dirty], guards)
         self.stats.offset_commits += 1
         try:
             result = await self.hook.arun(command, timeout=30, check=False)
@@ -530,7 +551,8 @@ class SlurmPoller:
         if claim_files:
             script = build_read_claims(claim_files) + "; " + script
         if commits:
-            script = build_commit_offsets(commits) + "; " + script
+            guards = {path: guard for reg, _ in committing for path, guard in reg.commit_guard().items()}
+            script = build_commit_offsets(commits, guards) + "; " + script
         self.stats.log_queries += 1
         try:
             result = await self.hook.arun(script, timeout=120, check=False)

@@ -312,6 +312,26 @@ def test_offsets_builders_round_trip_in_real_bash(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_claims_round_trip_and_guard_the_offsets_in_real_bash(tmp_path):
+    """A superseded trigger's offsets write is refused by the shell itself; claims read back as written."""
+    from npa_airflow.common.ownership import Claim
+    from npa_airflow.slurm.poller import build_read_claims, build_write_claims, parse_read_claims
+
+    claim_file, offsets = str(tmp_path / "it's $(x).npa-owner-abc"), str(tmp_path / "o.npa-offsets")
+    mine, theirs = Claim.new(1), Claim.new(1)
+    subprocess.run(["bash", "-c", build_write_claims([(claim_file, mine)])], check=True)
+    missing = str(tmp_path / "missing")
+    out = subprocess.run(["bash", "-c", build_read_claims([claim_file, missing])], capture_output=True, check=True)
+    assert parse_read_claims(out.stdout.split(b"\n", 1)[0], [claim_file, missing]) == {claim_file: mine, missing: None}
+    guard = {offsets: (claim_file, mine)}
+    subprocess.run(["bash", "-c", build_commit_offsets([(offsets, '{"a": 5}')], guard)], check=True)
+    assert json.loads(Path(offsets).read_text()) == {"a": 5}
+    subprocess.run(["bash", "-c", build_write_claims([(claim_file, theirs)])], check=True)  # another trigger
+    subprocess.run(["bash", "-c", build_commit_offsets([(offsets, '{"a": 3}')], guard)], check=True)
+    assert json.loads(Path(offsets).read_text()) == {"a": 5}, "a superseded trigger wound the offsets back"
+    assert not list(tmp_path.glob("*.tmp"))
+
+
 def test_parse_read_offsets_ignores_damaged_files():
     assert parse_read_offsets(b'not json\0[1]\0{"/a": -3, "/b": 2}\0', ["x", "y", "z"]) == {
         "x": {},
