@@ -8,20 +8,18 @@ each component's job after the component).
 
 from __future__ import annotations
 
-import shlex
 import statistics
 import time
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from tests.e2e.airflow_api import AirflowApiError, poll
+from tests.e2e.production import TRIGGERERS, holder, metadata_db, triggerer_threshold
 from tests.e2e.slurm_runs import DAG_ID, TASK_ID, start_job, ticks, wait_for_ticks
 
 pytestmark = pytest.mark.e2e
 
-TRIGGERERS = ("triggerer-1", "triggerer-2")
 STALL_RUNS = 5
 MARK_RUNS = 10
 
@@ -38,29 +36,9 @@ def api(prod):
 
 @pytest.fixture(scope="module")
 def db(prod) -> Iterator:
-    out = prod.script("env").stdout
-    url = next(
-        shlex.split(line.split("=", 1)[1])[0]
-        for line in out.splitlines()
-        if line.startswith("export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=")
-    )
-    engine = create_engine(url, pool_pre_ping=True)
+    engine = metadata_db(prod)
     yield engine
     engine.dispose()
-
-
-def holder(db, dag_id: str, run_id: str, task_id: str) -> str | None:
-    """The component (triggerer-1 / triggerer-2) whose triggerer job holds the task's trigger."""
-    query = text(
-        "SELECT j.hostname FROM task_instance ti JOIN trigger t ON t.id = ti.trigger_id "
-        "JOIN job j ON j.id = t.triggerer_id WHERE ti.dag_id = :d AND ti.run_id = :r AND ti.task_id = :t"
-    )
-    try:
-        with db.connect() as conn:
-            row = conn.execute(query, {"d": dag_id, "r": run_id, "t": task_id}).first()
-    except Exception:  # PostgreSQL restarting
-        return None
-    return row[0] if row else None
 
 
 def wait_holder(db, run_id: str, not_this: str | None = None, timeout: float = 90) -> str:
@@ -83,7 +61,7 @@ def test_a_stalled_holder_triggerer_never_cancels_the_job(prod, api, db, sacct_s
     """SIGSTOP the triggerer holding a waiting task for twice the health-check threshold, then SIGCONT it: the
     other triggerer takes over; the stalled one, told its trigger was cancelled 'by user action', must not
     cancel. The job completes, the task succeeds, and its log has every line once, in order."""
-    threshold = float(prod.script("cli", "config", "get-value", "triggerer", "triggerer_health_check_threshold").stdout)
+    threshold = triggerer_threshold(prod)
     seconds = int(2 * threshold) + 20
     results = []
     for run in range(1, STALL_RUNS + 1):
@@ -107,7 +85,7 @@ def test_a_stalled_holder_triggerer_never_cancels_the_job(prod, api, db, sacct_s
 
 
 def test_a_killed_holder_triggerer_is_replaced_without_replay_or_loss(prod, api, db, sacct_state):
-    threshold = float(prod.script("cli", "config", "get-value", "triggerer", "triggerer_health_check_threshold").stdout)
+    threshold = triggerer_threshold(prod)
     seconds = int(threshold) + 40
     run_id, ti, job_id = start_job(api, seconds=seconds)
     wait_for_ticks(api, run_id, ti["try_number"], at_least=3)
@@ -152,17 +130,22 @@ def test_a_users_action_cancels_the_job_on_the_production_shape(api, wait_sacct,
     )
 
 
-def test_marked_at_the_moment_of_deferral_the_job_is_cancelled(api, wait_sacct):
-    """The trigger has not started yet (often no triggerer has loaded it): no on_kill can run."""
+@pytest.mark.parametrize("action", ["failed", "success", "run failed"])
+def test_ended_at_the_moment_of_deferral_the_job_is_cancelled(api, wait_sacct, action):
+    """The trigger has not started yet (often no triggerer has loaded it): no on_kill can run; the plugin's
+    listener cancels from the API server."""
     latencies = []
-    for _ in range(MARK_RUNS):
+    for _ in range(MARK_RUNS if action == "failed" else 2):
         run_id, _, job_id = start_job(api, seconds=120)
         marked_at = time.monotonic()
-        api.set_state(DAG_ID, run_id, TASK_ID, "failed")
+        if action == "run failed":
+            api.request("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}", json={"state": "failed"})
+        else:
+            api.set_state(DAG_ID, run_id, TASK_ID, action)
         wait_sacct(job_id, ("CANCELLED",), timeout=60)
         latencies.append(time.monotonic() - marked_at)
     print(
-        f"\n[fault] failed at deferral -> CANCELLED {len(latencies)}/{MARK_RUNS}: "
+        f"\n[fault] {action} at deferral -> CANCELLED {len(latencies)}/{len(latencies)}: "
         f"p50 {statistics.median(latencies):.1f}s max {max(latencies):.1f}s"
     )
 

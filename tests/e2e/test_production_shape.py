@@ -102,8 +102,12 @@ def test_a_task_runs_on_a_celery_worker(production):
         assert [line for line in lines if line.startswith("npa-line-")] == ["npa-line-1", "npa-line-2", "npa-line-3"]
     finally:
         api.close()
-    worker_logs = "".join((HOME / f"celery-worker-{n}.log").read_text() for n in (1, 2))
-    assert re.search(r"Task execute_workload\[[0-9a-f-]+\] succeeded", worker_logs)
+
+    def worker_logged_success() -> bool:  # Celery logs it after the task's state is already in the database
+        worker_logs = "".join((HOME / f"celery-worker-{n}.log").read_text() for n in (1, 2))
+        return bool(re.search(r"Task execute_workload\[[0-9a-f-]+\] succeeded", worker_logs))
+
+    poll(worker_logged_success, 60, "a Celery worker's log of the task's success")
 
 
 def test_pause_and_resume_a_triggerer(production):

@@ -81,19 +81,6 @@ def test_marking_a_waiting_task_cancels_the_slurm_job(api, wait_sacct, new_state
     assert api.task_instance(DAG_ID, run_id, TASK_ID)["state"] == new_state
 
 
-@pytest.mark.parametrize("action", ["failed", "success", "run failed"])
-def test_a_task_ended_right_after_it_deferred_has_its_job_cancelled(api, wait_sacct, action):
-    """No on_kill runs for a trigger that no triggerer has loaded yet: the plugin's listener cancels the job."""
-    run_id, _, job_id = start_job(api, seconds=120)
-    marked_at = time.monotonic()
-    if action == "run failed":
-        api.request("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}", json={"state": "failed"})
-    else:
-        api.set_state(DAG_ID, run_id, TASK_ID, action)
-    state = wait_sacct(job_id, ("CANCELLED",), timeout=60)
-    print(f"[e2e] {action} right after deferral -> {state} in {time.monotonic() - marked_at:.1f}s")
-
-
 def test_clearing_a_waiting_task_cancels_the_slurm_job(api, wait_sacct):
     run_id, ti, job_id = start_job(api, seconds=120)
     wait_for_ticks(api, run_id, ti["try_number"], at_least=2)

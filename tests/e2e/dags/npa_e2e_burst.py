@@ -29,3 +29,23 @@ with DAG(dag_id="npa_e2e_burst", schedule=None, catchup=False, tags=["npa-e2e"])
         deadline=900,
         retries=0,
     )
+
+# The production-shape stall test (tests/e2e/test_production_burst_stall.py): a shorter job on a pinned
+# cluster that the test keeps between its runs and takes down at the end.
+with DAG(dag_id="npa_e2e_burst_stall", schedule=None, catchup=False, params={"ticks": 60}, tags=["npa-e2e"]):
+    BurstTorchrunOperator(
+        task_id="burst",
+        image=None,
+        nodes=2,
+        gpu_per_node="GPU:1",
+        entrypoint="ticker.py",
+        workdir=str(WORKDIR),
+        envs={"NPA_TICKS": "{{ params.ticks }}"},
+        infra="slurm/npa-local",
+        cluster_name="npa-e2e-burst-stall",
+        teardown="keep",
+        master_port=29741,
+        poll_interval=2,
+        deadline=900,
+        retries=0,
+    )
