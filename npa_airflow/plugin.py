@@ -21,10 +21,12 @@ from typing import Any
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
+from npa_airflow.common.links import BURST_XCOM_KEY, SLURM_XCOM_KEY
+
 log = logging.getLogger(__name__)
 
-SLURM_KEY = "slurm_job"
-BURST_KEY = "burst_job"
+SLURM_KEY = SLURM_XCOM_KEY
+BURST_KEY = BURST_XCOM_KEY
 FINAL_STATES = ("failed", "success")
 CANCEL_TIMEOUT = 120.0
 
@@ -50,7 +52,7 @@ def _handles(task_instance: Any) -> dict[str, Any]:
                 XComModel.key.in_((SLURM_KEY, BURST_KEY)),
             )
         ).all()
-    return {key: XComModel.deserialize_value(row) for key, row in ((r.key, r) for r in rows)}
+    return {row.key: XComModel.deserialize_value(row) for row in rows}
 
 
 def cancel_slurm_job(handle: dict[str, Any]) -> None:

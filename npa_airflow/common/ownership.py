@@ -120,7 +120,14 @@ def _comms() -> Any:
 
 
 def _map_index(ti: Any) -> int | None:
+    """The task instance's map index, None for an unmapped one (as GetTaskStates takes it)."""
     return ti.map_index if getattr(ti, "map_index", None) is not None and ti.map_index >= 0 else None
+
+
+def _xcom_map_index(ti: Any) -> int:
+    """The map index as XCom requests take it: -1 for an unmapped task instance."""
+    index = _map_index(ti)
+    return -1 if index is None else index
 
 
 async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT, try_key: str | None = None) -> TaskView | None:
@@ -179,7 +186,7 @@ async def write_claim_xcom(ti: Any, claim: Claim, timeout: float = 60.0) -> bool
             dag_id=ti.dag_id,
             run_id=ti.run_id,
             task_id=ti.task_id,
-            map_index=_map_index(ti) if _map_index(ti) is not None else -1,
+            map_index=_xcom_map_index(ti),
         )
         await asyncio.wait_for(_comms().asend(request), timeout)
     except Exception:
@@ -197,7 +204,7 @@ async def _read_xcom(ti: Any, key: str, timeout: float) -> Any:
             dag_id=ti.dag_id,
             run_id=ti.run_id,
             task_id=ti.task_id,
-            map_index=_map_index(ti) if _map_index(ti) is not None else -1,
+            map_index=_xcom_map_index(ti),
         )
         response = await asyncio.wait_for(_comms().asend(request), timeout)
     except Exception:
