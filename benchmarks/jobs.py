@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from npa_airflow.common.handle import SlurmJobHandle
+from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.hook import SlurmHook
 
 CONN_ID = "slurm_default"

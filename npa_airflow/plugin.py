@@ -56,7 +56,7 @@ def _handles(task_instance: Any) -> dict[str, Any]:
 
 
 def cancel_slurm_job(handle: dict[str, Any]) -> None:
-    from npa_airflow.common.handle import SlurmJobHandle
+    from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
 
     job = SlurmJobHandle.from_dict(handle)

@@ -11,9 +11,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from npa_airflow.burst.task import TEARDOWN_POLICIES, validate_cluster_name
+from npa_airflow.common import xcom_keys
 from npa_airflow.exceptions import NpaValidationError
 
-XCOM_KEY = "burst_job"
+XCOM_KEY = xcom_keys.BURST_JOB
 
 _CONN_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,250}")
 _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{7,63}")

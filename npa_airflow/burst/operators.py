@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from npa_airflow.burst.handle import XCOM_KEY
 from npa_airflow.common.links import BurstJobLink
 
 if TYPE_CHECKING:
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
     from npa_airflow.burst.client import SkyPilotClient
     from npa_airflow.burst.handle import BurstJobHandle
     from npa_airflow.burst.hook import SkyPilotHook
-
-XCOM_KEY = "burst_job"
 
 
 def default_deferrable() -> bool:

@@ -9,14 +9,16 @@ from urllib.parse import quote
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
 
+from npa_airflow.common import xcom_keys
+
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
     from airflow.sdk import BaseOperator
 
 log = logging.getLogger(__name__)
 
-SLURM_XCOM_KEY = "slurm_job"
-SLURM_TRY_XCOM_KEY = "slurm_try"  # the try that is waiting on the job (tells a clear from a moved trigger)
+SLURM_XCOM_KEY = xcom_keys.SLURM_JOB
+SLURM_TRY_XCOM_KEY = xcom_keys.SLURM_TRY
 _URL_FIELDS = ("job_id", "cluster", "job_name", "login_host", "results_dir")
 
 
@@ -68,7 +70,7 @@ def _job_url_template(conn_id: str | None) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
 
 
-BURST_XCOM_KEY = "burst_job"
+BURST_XCOM_KEY = xcom_keys.BURST_JOB
 _BURST_URL_FIELDS = ("endpoint", "cluster", "job_id", "request_id", "name")
 DEFAULT_BURST_URL_TEMPLATE = "{endpoint}/dashboard/clusters/{cluster}"
 

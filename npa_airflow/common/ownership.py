@@ -30,11 +30,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from npa_airflow.common import xcom_keys
+
 DECIDE_SECONDS = 12.0  # how long on_kill keeps reading before it leaves the job alone
 DECIDE_PAUSE = 1.0
 READ_TIMEOUT = 10.0
 DEFERRED = "deferred"
-CLAIM_XCOM_KEY = "npa_trigger_claim"
+CLAIM_XCOM_KEY = xcom_keys.TRIGGER_CLAIM
 _warm_up: list[asyncio.Task[Any]] = []  # this process's one warm-up request, kept referenced
 _in_flight: set[asyncio.Future[Any]] = set()  # shielded on_kill work, kept referenced until it ends
 

@@ -29,8 +29,8 @@ from npa_airflow.slurm.operators import PreparedJob, SlurmJobOperatorBase
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from npa_airflow.common.handle import SlurmJobHandle
     from npa_airflow.slurm.connection import SlurmConnectionConfig
+    from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
     from npa_airflow.slurm.images import ImageRef, SqshCheck
 
@@ -389,8 +389,8 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
 
     def fail_blocked_by_qos(self, event: dict[str, Any]) -> None:
         """The seed's rule for a conversion held by QOSGrpMemLimit: cancel it and say what to do, never wait."""
-        from npa_airflow.common.handle import SlurmJobHandle
         from npa_airflow.slurm.enroot import qos_memory_advice
+        from npa_airflow.slurm.handle import SlurmJobHandle
 
         handle = SlurmJobHandle.from_dict(event["handle"])
         hook = self.get_hook()
@@ -598,7 +598,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         from airflow.sdk import Variable
 
-        from npa_airflow.common.handle import SlurmJobHandle
+        from npa_airflow.slurm.handle import SlurmJobHandle
         from npa_airflow.slurm.probe import classify_probe_event, encode_cache, knobs_label
         from npa_airflow.slurm.triggers import validate_event
 

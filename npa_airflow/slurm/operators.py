@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
 
-    from npa_airflow.common.handle import SlurmJobHandle
     from npa_airflow.slurm.commands import SlurmJobInfo
+    from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
 
 ON_PREVIOUS_TRY = ("reattach", "cancel")
@@ -381,7 +381,7 @@ class SlurmJobOperatorBase(BaseOperator):
     def _handle_for(
         self, hook: SlurmHook, job: PreparedJob, job_id: str, *, retry_of: str | None, cluster: str | None = None
     ) -> SlurmJobHandle:
-        from npa_airflow.common.handle import SlurmJobHandle
+        from npa_airflow.slurm.handle import SlurmJobHandle
 
         cfg = hook.config
         host, port = cfg.hosts[0]
@@ -469,7 +469,7 @@ class SlurmJobOperatorBase(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from npa_airflow.common.handle import SlurmJobHandle
+        from npa_airflow.slurm.handle import SlurmJobHandle
         from npa_airflow.slurm.triggers import validate_event
 
         try:

@@ -40,7 +40,7 @@ def parse_job_reference(job: Any) -> dict[str, Any] | str:
                 except (ValueError, SyntaxError):
                     pass
     if isinstance(job, dict):
-        from npa_airflow.common.handle import SlurmJobHandle
+        from npa_airflow.slurm.handle import SlurmJobHandle
 
         return SlurmJobHandle.from_dict(job).to_dict()
     raise NpaValidationError(

@@ -15,7 +15,6 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from npa_airflow.common.handle import SlurmJobHandle
 from npa_airflow.common.links import SLURM_TRY_XCOM_KEY
 from npa_airflow.common.ownership import (
     Claim,
@@ -27,6 +26,7 @@ from npa_airflow.common.ownership import (
     warm_task_reads,
 )
 from npa_airflow.common.states import JobState
+from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, get_poller, offsets_file_for
 
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline

@@ -16,8 +16,8 @@ from collections import Counter
 
 import pytest
 
-from npa_airflow.common.handle import SlurmJobHandle
 from npa_airflow.slurm import hook as hook_module
+from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import get_poller, reset_pollers
 from npa_airflow.slurm.triggers import SlurmJobTrigger

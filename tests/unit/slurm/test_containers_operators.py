@@ -12,7 +12,6 @@ from types import SimpleNamespace
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from npa_airflow.common.handle import SlurmJobHandle
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.commands import SlurmJobInfo
@@ -24,6 +23,7 @@ from npa_airflow.slurm.containers import (
     SlurmSqshConvertOperator,
 )
 from npa_airflow.slurm.convert_trigger import SqshConvertTrigger
+from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.poller import PollUpdate, Registration
 
 CFG = SlurmConnectionConfig(

@@ -317,7 +317,7 @@ def test_on_kill_cancels_only_a_job_that_is_still_ours():
     op = make_op(hook)
     op.on_kill()
     assert hook.calls == []
-    from npa_airflow.common.handle import SlurmJobHandle
+    from npa_airflow.slurm.handle import SlurmJobHandle
 
     op._handle = SlurmJobHandle.from_dict(handle_dict())
     op.on_kill()

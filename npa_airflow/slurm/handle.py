@@ -11,10 +11,11 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from npa_airflow.common import xcom_keys
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
 
-XCOM_KEY = "slurm_job"
+XCOM_KEY = xcom_keys.SLURM_JOB
 
 _JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
 _CLUSTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

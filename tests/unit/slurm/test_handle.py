@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from npa_airflow.common.handle import XCOM_KEY, SlurmJobHandle
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.handle import XCOM_KEY, SlurmJobHandle
 
 GOOD = {
     "conn_id": "slurm_default",

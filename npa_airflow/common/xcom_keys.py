@@ -1,0 +1,6 @@
+"""The XCom keys this provider writes: one place, so the operators, triggers, links and plugin agree."""
+
+SLURM_JOB = "slurm_job"  # the Slurm job handle (slurm/handle.py)
+SLURM_TRY = "slurm_try"  # the try that is waiting on the job: tells a clear from a moved trigger
+BURST_JOB = "burst_job"  # the Burst job handle (burst/handle.py)
+TRIGGER_CLAIM = "npa_trigger_claim"  # the latest trigger's ownership claim (common/ownership.py)
