@@ -27,10 +27,6 @@ class NpaHostKeyError(NpaConnectionError):
     """The login host presented a key that is not in known_hosts (or a changed one)."""
 
 
-class NpaInfraFailure(NpaError):
-    """The job failed for an infrastructure reason; a retry (with bad nodes excluded) may succeed."""
-
-
 class NpaProgramFailure(NpaError):
     """The job's own program failed; retrying the same input will not help."""
 

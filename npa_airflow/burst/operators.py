@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from npa_airflow.burst.handle import XCOM_KEY
+from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import BurstJobLink
 
 if TYPE_CHECKING:
@@ -28,19 +29,6 @@ if TYPE_CHECKING:
     from npa_airflow.burst.client import SkyPilotClient
     from npa_airflow.burst.handle import BurstJobHandle
     from npa_airflow.burst.hook import SkyPilotHook
-
-
-def default_deferrable() -> bool:
-    """Deferrable unless ``[operators] default_deferrable`` is explicitly set false in the environment.
-
-    Airflow's stock default for that option is false and ``airflow.cfg`` writes it out verbatim, so only an
-    explicit environment setting is taken as the site's choice: a job that waits hours for GPUs must not
-    hold a worker slot by default.
-    """
-    raw = os.environ.get("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE")
-    if raw is None:
-        return True
-    return raw.strip().lower() in ("1", "true", "t", "yes", "y", "on")
 
 
 def _seconds(value: timedelta | float | int | None, field: str) -> float | None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
-from npa_airflow.burst.operators import default_deferrable
+from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import BurstJobLink
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaParseError, NpaValidationError
+from npa_airflow.slurm.handle import JOB_ID_RE
 from npa_airflow.slurm.states import interpret_native_state, normalize_native_state
 
 # ---------------------------------------------------------------------------------------------------------
@@ -99,7 +100,6 @@ class PartitionInfo:
 
 # 123, 123_4 (array task), 123+0 (het job component). Pending array ranges like 123_[1-5] are only ever
 # parsed from output, never sent.
-JOB_ID_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?$")
 CLUSTER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _OUTPUT_QUOTE_MAX = 400
 

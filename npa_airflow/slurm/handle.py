@@ -17,7 +17,8 @@ from npa_airflow.exceptions import NpaValidationError
 
 XCOM_KEY = xcom_keys.SLURM_JOB
 
-_JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
+# A Slurm job id as sbatch prints it: plain, array task (123_4) or heterogeneous component (123+1).
+JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
 _CLUSTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _HOST_RE = re.compile(r"[A-Za-z0-9_.:\[\]-]{1,255}")
 _CONN_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,250}")
@@ -51,7 +52,7 @@ class SlurmJobHandle:
             value = getattr(self, name)
             if value is None and name == "retry_of":
                 continue
-            if not isinstance(value, str) or not _JOB_ID_RE.fullmatch(value):
+            if not isinstance(value, str) or not JOB_ID_RE.fullmatch(value):
                 raise NpaValidationError(f"SlurmJobHandle.{name}={value!r} is not a Slurm job id")
         validate_job_name(self.job_name, "SlurmJobHandle.job_name")
         if not isinstance(self.login_host, str) or not _HOST_RE.fullmatch(self.login_host):

@@ -15,7 +15,6 @@ Heavy imports (asyncssh via the hook) happen inside methods: importing this modu
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
 import time
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from airflow.sdk import BaseOperator
 
+from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import SLURM_TRY_XCOM_KEY, SLURM_XCOM_KEY, SlurmJobLink
 from npa_airflow.exceptions import (
     NpaAmbiguousSubmission,
@@ -72,19 +72,6 @@ class PreparedJob:
     partition: str | None = None  # checked against the cluster's partitions (exists, MaxTime)
     time_minutes: int | None = None
     secret_values: tuple[str, ...] = field(default=(), repr=False)  # must never appear in the script
-
-
-def default_deferrable() -> bool:
-    """Deferrable unless the site explicitly turned `[operators] default_deferrable` off in the environment.
-
-    Airflow's stock default for that option is false and `airflow.cfg` writes the default out verbatim,
-    so a file value cannot be told apart from an explicit choice; an explicit environment setting can.
-    Waiting hours for a GPU job must not hold a worker slot by default.
-    """
-    raw = os.environ.get("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE")
-    if raw is None:
-        return True
-    return raw.strip().lower() in ("1", "true", "t", "yes", "y", "on")
 
 
 def try_of(job_name: str) -> int:

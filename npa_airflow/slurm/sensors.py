@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
+from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import SlurmJobLink
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.operators import default_deferrable
+from npa_airflow.slurm.handle import JOB_ID_RE
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-_JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
 _SAFE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -29,7 +29,7 @@ def parse_job_reference(job: Any) -> dict[str, Any] | str:
         job = str(job)
     if isinstance(job, str):
         text = job.strip()
-        if _JOB_ID_RE.fullmatch(text):
+        if JOB_ID_RE.fullmatch(text):
             return text
         if text.startswith("{"):
             try:

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
+from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.naming import job_name_for
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
 from npa_airflow.slurm import operators as ops
 from npa_airflow.slurm.commands import LogChunk, PartitionInfo, SlurmJobInfo, SubmitResult
 from npa_airflow.slurm.connection import SlurmConnectionConfig
-from npa_airflow.slurm.operators import SlurmSubmitOperator, default_deferrable
+from npa_airflow.slurm.operators import SlurmSubmitOperator
 from npa_airflow.slurm.triggers import SlurmJobTrigger, make_event_payload
 
 CONN = {
