@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import asyncssh
 from airflow.sdk import BaseHook
 
+from npa_airflow.common.remote_errors import sbatch_outcome_unknown, scancel_nothing_to_cancel, squeue_job_id_unknown
 from npa_airflow.exceptions import (
     NpaAmbiguousSubmission,
     NpaConnectionError,
@@ -43,8 +44,6 @@ T = TypeVar("T")
 
 # Errors that mean "the transport failed", as opposed to "the remote command failed".
 _CONNECTION_ERRORS = (OSError, asyncssh.Error, asyncio.TimeoutError, EOFError)
-# sbatch's own messages when it gave up waiting for slurmctld: the job may exist anyway.
-_AMBIGUOUS_SBATCH_ERRORS = ("Socket timed out", "timed out", "Unable to contact slurm controller", "Zero Bytes")
 MAX_CHANNELS_PER_CONNECTION = 8
 
 # asyncssh logs every channel and command at INFO; keep task logs readable unless the site chose a level.
@@ -361,7 +360,7 @@ class SlurmHook(BaseHook):
             raise NpaAmbiguousSubmission(f"sbatch for {script_path} on {result.host} reported no exit status")
         if outcome.sbatch_rc != 0:
             message = result.error_text[-2000:]
-            if any(marker in message for marker in _AMBIGUOUS_SBATCH_ERRORS):
+            if sbatch_outcome_unknown(message):
                 raise NpaAmbiguousSubmission(f"sbatch on {result.host} gave up waiting for slurmctld: {message}")
             raise NpaRemoteError(f"sbatch refused {script_path} on {result.host} (exit {outcome.sbatch_rc}): {message}")
         if not outcome.sbatch_stdout.strip():
@@ -399,7 +398,7 @@ class SlurmHook(BaseHook):
             squeue = await self.arun(commands.build_squeue_states(missing, cfg.cluster_name), check=False)
             if squeue.returncode == 0:
                 found.update(commands.parse_squeue(squeue.text))
-            elif commands.is_invalid_job_id_error(squeue.error_text):
+            elif squeue_job_id_unknown(squeue.error_text):
                 pass  # one id that slurmctld does not know: an answer ("not there"), not a failure
             elif sacct.returncode != 0:
                 raise NpaRemoteError(
@@ -414,7 +413,7 @@ class SlurmHook(BaseHook):
         result = await self.arun(commands.build_cancel(job_id, cfg.cluster_name), check=False)
         if result.returncode == 0:
             return
-        if commands.cancel_means_finished(result.error_text):
+        if scancel_nothing_to_cancel(result.error_text):
             return
         raise NpaRemoteError(
             f"scancel {job_id} failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"

@@ -8,6 +8,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from npa_airflow.common.remote_errors import slurmctld_unreachable
 from npa_airflow.exceptions import NpaParseError, NpaValidationError
 from npa_airflow.slurm.commands import PartitionInfo, parse_partitions
 from npa_airflow.slurm.spec import normalize_storage_path
@@ -46,8 +47,6 @@ REMEDIATION = {
     "wall_time": "ask for a shorter wall time, or pick a partition whose MaxTime allows it",
     "controller": "slurmctld did not answer (down, restarting or overloaded); retry later or ask the cluster admin",
 }
-# scontrol's words when the controller, not the request, is the problem: transient, worth a retry.
-CONTROLLER_ERRORS = ("Socket timed out", "Unable to contact slurm controller", "Connection refused", "Zero Bytes")
 
 
 def dataset_path(value: str) -> str:
@@ -154,106 +153,135 @@ class PreflightReport:
         }
 
 
-def parse_preflight(stdout: str, req: PreflightRequest) -> PreflightReport:
-    if f"{_MARK} done" not in stdout:
-        raise NpaParseError(f"preflight output is incomplete: {stdout[-800:]!r}")
-    failures: list[PreflightFailure] = []
-    tools: dict[str, str | None] = {}
+@dataclass
+class _PreflightOutput:
+    """The ``NPA_PF`` lines of one preflight run, sorted by kind."""
+
+    tools: dict[str, str | None] = field(default_factory=dict)
     pyxis: bool | None = None
     enroot: str | None = None
-    dirs: dict[str, tuple[str, str]] = {}
-    paths: dict[str, str] = {}
-    partition_lines: list[str] = []
-    partition_error = False
+    dirs: dict[str, tuple[str, str]] = field(default_factory=dict)  # label -> (status, path)
+    paths: dict[str, str] = field(default_factory=dict)  # dataset path -> status
+    partition_lines: list[str] = field(default_factory=list)
+    partition_error: bool = False
+
+    def read_mark(self, kind: str, rest: str) -> None:
+        if kind == "tool":
+            name, _, where = rest.partition(" ")
+            self.tools[name] = None if where in ("", "-") else where
+        elif kind == "pyxis":
+            self.pyxis = rest == "yes"
+        elif kind == "enroot":
+            self.enroot = None if rest in ("", "-") else rest
+        elif kind == "dir":
+            label, status, path = rest.split(" ", 2)
+            self.dirs[label] = (status, path)
+        elif kind == "path":
+            status, _, path = rest.partition(" ")
+            self.paths[path] = status
+
+
+def _read_preflight_output(stdout: str) -> _PreflightOutput:
+    out = _PreflightOutput()
     in_partitions = False
     for line in stdout.splitlines():
         if line == f"{_MARK} partitions-begin":
             in_partitions = True
-            continue
-        if line == f"{_MARK} partitions-end":
+        elif line == f"{_MARK} partitions-end":
             in_partitions = False
-            continue
-        if line == f"{_MARK} partitions-error":
-            partition_error = True
-            continue
-        if in_partitions:
-            partition_lines.append(line)
-            continue
-        if not line.startswith(_MARK + " "):
-            continue
-        kind, _, rest = line[len(_MARK) + 1 :].partition(" ")
-        if kind == "tool":
-            name, _, where = rest.partition(" ")
-            tools[name] = None if where in ("", "-") else where
-        elif kind == "pyxis":
-            pyxis = rest == "yes"
-        elif kind == "enroot":
-            enroot = None if rest in ("", "-") else rest
-        elif kind == "dir":
-            label, status, path = rest.split(" ", 2)
-            dirs[label] = (status, path)
-        elif kind == "path":
-            status, _, path = rest.partition(" ")
-            paths[path] = status
+        elif line == f"{_MARK} partitions-error":
+            out.partition_error = True
+        elif in_partitions:
+            out.partition_lines.append(line)
+        elif line.startswith(_MARK + " "):
+            kind, _, rest = line[len(_MARK) + 1 :].partition(" ")
+            out.read_mark(kind, rest)
+    return out
 
+
+def _login_host_failures(out: _PreflightOutput, req: PreflightRequest) -> list[PreflightFailure]:
+    """Missing tools, Pyxis, Enroot, writable directories and datasets."""
+    failures: list[PreflightFailure] = []
     for tool in req.tools:
-        if not tools.get(tool):
+        if not out.tools.get(tool):
             failures.append(PreflightFailure(f"tool {tool}", "not found on the login host", REMEDIATION["tool"]))
-    if req.check_pyxis and not pyxis:
+    if req.check_pyxis and not out.pyxis:
         failures.append(PreflightFailure("Pyxis", "srun --help does not list --container-image", REMEDIATION["pyxis"]))
-    if req.check_enroot and not enroot:
+    if req.check_enroot and not out.enroot:
         failures.append(PreflightFailure("Enroot", "enroot not found on the login host", REMEDIATION["enroot"]))
     for label, path in req.writable_dirs:
-        status, _ = dirs.get(label, ("missing", path))
+        status, _ = out.dirs.get(label, ("missing", path))
         if status != "ok":
             problem = "does not exist" if status == "missing" else "is not a writable directory"
             remedy = REMEDIATION.get(label, REMEDIATION["results_root"])
             failures.append(PreflightFailure(f"{label} {path}", problem, remedy))
     for raw in req.dataset_paths:
         path = dataset_path(raw)
-        if paths.get(path) != "ok":
+        if out.paths.get(path) != "ok":
             failures.append(
                 PreflightFailure(f"dataset {raw}", "does not exist (test -e on the login host)", REMEDIATION["dataset"])
             )
+    return failures
 
-    partitions: dict[str, PartitionInfo] = {}
-    if req.partitions:
-        if partition_error:
-            text = " ".join(partition_lines)[-300:]
-            transient = any(marker in text for marker in CONTROLLER_ERRORS)
-            failures.append(
-                PreflightFailure(
-                    "partitions",
-                    f"scontrol show partitions failed: {text}",
-                    REMEDIATION["controller" if transient else "tool"],
-                    transient=transient,
-                )
+
+def _partition_failures(
+    info: PartitionInfo | None, name: str, known: str, req: PreflightRequest
+) -> list[PreflightFailure]:
+    """What is wrong with one requested partition (``info`` None: it does not exist)."""
+    if info is None:
+        return [PreflightFailure(f"partition {name}", f"does not exist (known: {known})", REMEDIATION["partition"])]
+    failures: list[PreflightFailure] = []
+    limit = info.max_time_minutes
+    if req.time_minutes is not None and limit is not None and req.time_minutes > limit:
+        failures.append(
+            PreflightFailure(
+                f"partition {name}",
+                f"MaxTime is {limit} min, the job asks for {req.time_minutes} min",
+                REMEDIATION["wall_time"],
             )
-        else:
-            partitions = parse_partitions("\n".join(partition_lines))
-            for name in dict.fromkeys(req.partitions):
-                info = partitions.get(name)
-                if info is None:
-                    known = ", ".join(sorted(partitions)) or "none"
-                    failures.append(
-                        PreflightFailure(
-                            f"partition {name}", f"does not exist (known: {known})", REMEDIATION["partition"]
-                        )
-                    )
-                    continue
-                limit = info.max_time_minutes
-                if req.time_minutes is not None and limit is not None and req.time_minutes > limit:
-                    failures.append(
-                        PreflightFailure(
-                            f"partition {name}",
-                            f"MaxTime is {limit} min, the job asks for {req.time_minutes} min",
-                            REMEDIATION["wall_time"],
-                        )
-                    )
-                if info.state and info.state.upper() not in ("UP", ""):
-                    failures.append(
-                        PreflightFailure(
-                            f"partition {name}", f"is {info.state}, not UP", "wait for the admins or pick another"
-                        )
-                    )
-    return PreflightReport(tools=tools, pyxis=pyxis, enroot=enroot, partitions=partitions, failures=tuple(failures))
+        )
+    if info.state and info.state.upper() not in ("UP", ""):
+        failures.append(
+            PreflightFailure(f"partition {name}", f"is {info.state}, not UP", "wait for the admins or pick another")
+        )
+    return failures
+
+
+def _check_partitions(
+    out: _PreflightOutput, req: PreflightRequest
+) -> tuple[dict[str, PartitionInfo], list[PreflightFailure]]:
+    if not req.partitions:
+        return {}, []
+    if out.partition_error:
+        text = " ".join(out.partition_lines)[-300:]
+        transient = slurmctld_unreachable(text)
+        failure = PreflightFailure(
+            "partitions",
+            f"scontrol show partitions failed: {text}",
+            REMEDIATION["controller" if transient else "tool"],
+            transient=transient,
+        )
+        return {}, [failure]
+    partitions = parse_partitions("\n".join(out.partition_lines))
+    known = ", ".join(sorted(partitions)) or "none"
+    failures = [
+        failure
+        for name in dict.fromkeys(req.partitions)
+        for failure in _partition_failures(partitions.get(name), name, known, req)
+    ]
+    return partitions, failures
+
+
+def parse_preflight(stdout: str, req: PreflightRequest) -> PreflightReport:
+    if f"{_MARK} done" not in stdout:
+        raise NpaParseError(f"preflight output is incomplete: {stdout[-800:]!r}")
+    out = _read_preflight_output(stdout)
+    failures = _login_host_failures(out, req)
+    partitions, partition_failures = _check_partitions(out, req)
+    return PreflightReport(
+        tools=out.tools,
+        pyxis=out.pyxis,
+        enroot=out.enroot,
+        partitions=partitions,
+        failures=tuple(failures + partition_failures),
+    )

@@ -235,10 +235,8 @@ def test_parse_scontrol_nodes():
     assert nodes["c1"] == c.NodeInfo(
         name="c1", state="IDLE", partitions=("cpu",), reason="none of your business [root@2026-12-02T13:01:00]"
     )
-    assert nodes["c1"].usable
     assert nodes["g1"].partitions == ("gpu", "all")
     assert nodes["g1"].reason == "test [root@2026-12-02T13:01:00]"
-    assert not nodes["g1"].usable
     assert c.build_scontrol_nodes() == ["scontrol", "--oneliner", "show", "nodes"]
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from npa_airflow.common.remote_errors import scancel_nothing_to_cancel, squeue_job_id_unknown
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm import commands as c
 from npa_airflow.slurm.states import interpret_native_state
@@ -86,8 +87,8 @@ def test_squeue_pending_array_sample():
 def test_squeue_invalid_single_id_sample():
     text = sample("squeue_invalid_id.txt")
     assert "rc=1" in text
-    assert c.is_invalid_job_id_error(text)
-    assert not c.is_invalid_job_id_error("slurm_load_jobs error: Unable to contact slurm controller")
+    assert squeue_job_id_unknown(text)
+    assert not squeue_job_id_unknown("slurm_load_jobs error: Unable to contact slurm controller")
 
 
 @pytest.mark.parametrize("name", ["scancel_finished.txt", "scancel_invalid.txt"])
@@ -96,11 +97,11 @@ def test_scancel_of_finished_or_unknown_job_is_silent_success_on_22_05(name):
 
 
 def test_cancel_means_finished_messages_of_other_slurm_versions():
-    assert c.cancel_means_finished(
+    assert scancel_nothing_to_cancel(
         "scancel: error: Kill job error on job id 5: Job/step already completing or completed"
     )
-    assert c.cancel_means_finished("scancel: error: Kill job error on job id 5: Invalid job id specified")
-    assert not c.cancel_means_finished("scancel: error: Kill job error on job id 5: Access/permission denied")
+    assert scancel_nothing_to_cancel("scancel: error: Kill job error on job id 5: Invalid job id specified")
+    assert not scancel_nothing_to_cancel("scancel: error: Kill job error on job id 5: Access/permission denied")
 
 
 def test_scontrol_samples():
@@ -108,7 +109,7 @@ def test_scontrol_samples():
     assert sorted(nodes) == ["c1", "c2", "g1", "g2"]
     assert nodes["g1"].partitions == ("gpu",)
     assert nodes["c2"].state == "MIXED"
-    assert all(n.usable and n.reason is None for n in nodes.values())
+    assert all(n.reason is None for n in nodes.values())
     parts = c.parse_partitions(sample("scontrol_partitions.txt"))
     assert parts["cpu"] == c.PartitionInfo("cpu", 480, True, "UP", "c[1-2]")
     assert parts["gpu"] == c.PartitionInfo("gpu", 240, False, "UP", "g[1-2]")

@@ -1,0 +1,178 @@
+"""Builders of the remote commands for sbatch, sacct, squeue, scancel, scontrol, log tails and file checks.
+
+No I/O here: the hook runs what these build. Builders return an argv list (the hook joins it with
+``shlex.join``) or a string assembled only from ``shlex.quote``d parts. Every job id, cluster and job
+name is validated against a strict pattern before it reaches a builder; paths are absolute and free of
+NUL and newlines.
+
+String builders wrap their script in ``bash -c '<script>'`` so the login user's shell (tcsh, zsh, ...)
+does not matter.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+
+from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.commands.records import SACCT_FIELDS, SQUEUE_FORMAT, TAIL_END, TAIL_MARK
+from npa_airflow.slurm.commands.validation import (
+    cluster_args,
+    job_id_list,
+    name_list,
+    validate_job_id,
+    validate_remote_path,
+)
+
+# Without -j, sacct's window starts at midnight today: name searches give an explicit start.
+DEFAULT_NAME_SEARCH_START = "now-7days"
+
+# Per request: a header "NPA-TAIL <index> <size>" then one line of base64 (possibly empty). Base64 keeps
+# the frame intact for binary data and for a file that shrinks between stat and read.
+_TAIL_FUNCTION = (
+    "t() { "
+    's=-1; if [ -f "$2" ]; then s=$(stat -L -c %s -- "$2" 2>/dev/null) || s=-1; fi; '
+    f'printf "{TAIL_MARK} %s %s\\n" "$1" "$s"; '
+    'if [ "$s" -gt "$3" ]; then n=$((s - $3)); if [ "$n" -gt "$4" ]; then n=$4; fi; '
+    'tail -c +"$(($3 + 1))" -- "$2" | head -c "$n" | base64 -w0; fi; '
+    "printf '\\n'; }"
+)
+
+
+def _bash(script: str) -> str:
+    return "bash -c " + shlex.quote(script)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sbatch
+
+
+def build_sbatch_submit(script_path: str, sbatch_args: Sequence[str] = (), cluster: str | None = None) -> list[str]:
+    """``sbatch --parsable [args] <script>``; extra args must be single ``--option[=value]`` words."""
+    for arg in sbatch_args:
+        if not isinstance(arg, str) or not arg.startswith("--") or any(c in arg for c in "\x00\n\r"):
+            raise NpaValidationError(f"sbatch argument {arg!r} must be one '--option[=value]' without newlines")
+    return ["sbatch", "--parsable", *cluster_args(cluster), *sbatch_args, validate_remote_path(script_path)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sacct / squeue
+
+
+def _sacct_base(cluster: str | None) -> list[str]:
+    return ["sacct", "-X", "--parsable2", "--noheader", *cluster_args(cluster), "-o", ",".join(SACCT_FIELDS)]
+
+
+def build_sacct_states(job_ids: Iterable[str], cluster: str | None = None) -> list[str]:
+    """ONE sacct for many jobs. With -j, sacct's default window starts at the epoch (not midnight)."""
+    return [*_sacct_base(cluster), "-j", job_id_list(job_ids)]
+
+
+def build_squeue_states(job_ids: Iterable[str], cluster: str | None = None) -> list[str]:
+    """ONE squeue for many jobs, all states (finished jobs stay visible for MinJobAge)."""
+    return [
+        "squeue",
+        "-h",
+        "-t",
+        "all",
+        *cluster_args(cluster),
+        f"--jobs={job_id_list(job_ids)}",
+        "-o",
+        SQUEUE_FORMAT,
+    ]
+
+
+def build_find_by_name_sacct(
+    names: Iterable[str], cluster: str | None = None, start: str = DEFAULT_NAME_SEARCH_START
+) -> list[str]:
+    """Accounting records with any of these exact names, since ``start`` (sacct time syntax)."""
+    if not re.fullmatch(r"[A-Za-z0-9:+-]{1,32}", start):
+        raise NpaValidationError(f"start={start!r} is not a sacct time (e.g. 'now-7days', '2026-01-01T00:00')")
+    return [*_sacct_base(cluster), "-S", start, f"--name={name_list(names)}"]
+
+
+def build_find_by_name_squeue(names: Iterable[str], cluster: str | None = None) -> list[str]:
+    return [
+        "squeue",
+        "-h",
+        "-t",
+        "all",
+        *cluster_args(cluster),
+        f"--name={name_list(names)}",
+        "-o",
+        SQUEUE_FORMAT,
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# scancel
+
+
+def build_cancel(job_id: str, cluster: str | None = None) -> list[str]:
+    return ["scancel", *cluster_args(cluster), validate_job_id(job_id)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Log tails
+
+
+def build_tail_logs(requests: Sequence[tuple[str, int]], max_bytes: int) -> str:
+    """ONE remote command that reads up to ``max_bytes`` of each ``(path, offset)`` and its current size."""
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
+        raise NpaValidationError(f"max_bytes={max_bytes!r} must be a positive integer")
+    if not requests:
+        raise NpaValidationError("requests is empty: give at least one (path, offset)")
+    calls = []
+    for index, (path, offset) in enumerate(requests):
+        validate_remote_path(path, "log path")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise NpaValidationError(f"offset={offset!r} for {path!r} must be an integer >= 0")
+        calls.append(f"t {index} {shlex.quote(path)} {offset} {max_bytes}")
+    script = "; ".join([_TAIL_FUNCTION, *calls, f"echo {TAIL_END}"])
+    return _bash(script)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# scontrol: nodes and partitions
+
+
+def build_scontrol_nodes(cluster: str | None = None) -> list[str]:
+    return ["scontrol", *cluster_args(cluster), "--oneliner", "show", "nodes"]
+
+
+def build_partitions(cluster: str | None = None) -> list[str]:
+    return ["scontrol", *cluster_args(cluster), "--oneliner", "show", "partitions"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Files
+
+
+def build_write_file(path: str, mode: int = 0o600) -> str:
+    """Read stdin and write it to ``path`` atomically: umask 077, mkdir -p, temp file in the same dir, mv."""
+    validate_remote_path(path)
+    if path.endswith("/"):
+        raise NpaValidationError(f"path={path!r} names a directory; give a file path")
+    if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o7777:
+        raise NpaValidationError(f"mode={mode!r} must be a permission value such as 0o600")
+    parent, _, base = path.rpartition("/")
+    parent = parent or "/"
+    qpath, qparent = shlex.quote(path), shlex.quote(parent)
+    tmp_template = shlex.quote(f"{parent.rstrip('/')}/.{base[:64]}.npa-tmp.XXXXXX")
+    script = (
+        f"umask 077; mkdir -p -- {qparent} || exit 1; "
+        f"t=$(mktemp {tmp_template}) || exit 1; "
+        f'if cat > "$t" && chmod {mode:o} "$t" && mv -fT -- "$t" {qpath}; then exit 0; fi; '
+        'rm -f -- "$t"; exit 1'
+    )
+    return _bash(script)
+
+
+def build_path_exists(paths: Sequence[str]) -> str:
+    """Prints one line per path, in order: ``1`` if it exists (``test -e``), else ``0``."""
+    if not paths:
+        raise NpaValidationError("paths is empty: give at least one path")
+    quoted = " ".join(shlex.quote(validate_remote_path(p)) for p in paths)
+    script = f'for p in {quoted}; do if [ -e "$p" ]; then echo 1; else echo 0; fi; done'
+    return _bash(script)

@@ -1,0 +1,306 @@
+"""Parsers of recorded sbatch, sacct, squeue, scontrol, log tail and path check output.
+
+Each raises NpaParseError quoting the input it could not read.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Sequence
+
+from npa_airflow.common.states import JobState
+from npa_airflow.exceptions import NpaParseError
+from npa_airflow.slurm.commands.records import (
+    SACCT_FIELDS,
+    SQUEUE_FIELDS,
+    SQUEUE_FORMAT,
+    TAIL_END,
+    TAIL_MARK,
+    LogChunk,
+    NodeInfo,
+    PartitionInfo,
+    SlurmJobInfo,
+    SubmitResult,
+)
+from npa_airflow.slurm.commands.validation import CLUSTER_RE
+from npa_airflow.slurm.handle import JOB_ID_RE
+from npa_airflow.slurm.states import interpret_native_state, normalize_native_state
+
+_OUTPUT_QUOTE_MAX = 400
+
+
+def _quote_output(text: str | bytes) -> str:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if len(text) > _OUTPUT_QUOTE_MAX:
+        text = text[:_OUTPUT_QUOTE_MAX] + f"... ({len(text)} characters)"
+    return repr(text)
+
+
+def parse_sbatch_submit(stdout: str) -> SubmitResult:
+    """The job id from ``sbatch --parsable`` output: the last non-empty line, ``id`` or ``id;cluster``.
+
+    Site banners (MOTD-like lines from a submit filter) may come first and are ignored.
+    """
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        raise NpaParseError(
+            f"sbatch --parsable printed no job id (output {_quote_output(stdout)}); the job may or may not "
+            "exist: reconcile by job name before submitting again"
+        )
+    job_id, sep, cluster = lines[-1].partition(";")
+    if not JOB_ID_RE.fullmatch(job_id) or (sep and not CLUSTER_RE.fullmatch(cluster)):
+        raise NpaParseError(
+            f"cannot read a job id from sbatch --parsable output {_quote_output(stdout)}: expected a last "
+            "line like '123' or '123;cluster'"
+        )
+    return SubmitResult(job_id=job_id, cluster=cluster if sep else None)
+
+
+def _none_if(value: str, *empty: str) -> str | None:
+    value = value.strip()
+    return None if not value or value in empty else value
+
+
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """sacct ExitCode ``'7:0'`` -> (7, 0); anything unreadable -> (None, None)."""
+    m = re.fullmatch(r"\s*(\d+):(\d+)\s*", text or "")
+    if not m:
+        return None, None
+    return int(m.group(1)), int(m.group(2))
+
+
+def _is_cluster_banner(line: str) -> bool:
+    # With -M, squeue (and some sacct builds) print "CLUSTER: name" before the rows.
+    return line.startswith("CLUSTER: ")
+
+
+def _aggregate(base: str, members: list[SlurmJobInfo]) -> SlurmJobInfo:
+    """One answer for an array or het job asked for by its base id: the least finished member decides.
+
+    Any member still queued/running -> that state (RUNNING before PENDING before UNKNOWN); all finished
+    -> ERROR if any failed, else CANCELED if any was cancelled, else COMPLETE.
+    """
+    order = (JobState.RUNNING, JobState.PENDING, JobState.UNKNOWN, JobState.ERROR, JobState.CANCELED)
+    decider = next((m for state in order for m in members if m.state is state), members[-1])
+    codes = [m.exit_code for m in members if m.exit_code is not None]
+    nodes = [m.node_list for m in members if m.node_list]
+    return SlurmJobInfo(
+        job_id=base,
+        native_state=decider.native_state,
+        state=decider.state,
+        exit_code=max(codes) if codes and decider.state.is_terminal else None,
+        signal=decider.signal if decider.state.is_terminal else None,
+        job_name=decider.job_name,
+        node_list=",".join(dict.fromkeys(nodes)) or None,
+        reason=decider.reason,
+        source=decider.source,
+    )
+
+
+def _index(records: list[tuple[str, SlurmJobInfo]]) -> dict[str, SlurmJobInfo]:
+    """Key records by display id (last record wins), then add lookups by raw id and by base id.
+
+    ``123_4`` (raw 130) also answers to ``130``; an array or het job asked for by its base id ``123``
+    gets an aggregate of its members (see :func:`_aggregate`), unless a record has that display id.
+    """
+    by_id: dict[str, SlurmJobInfo] = {}
+    raw_of: dict[str, str] = {}
+    for raw_id, info in records:
+        by_id.pop(info.job_id, None)  # re-insert so dict order follows the last record
+        by_id[info.job_id] = info
+        raw_of[info.job_id] = raw_id
+    groups: dict[str, list[SlurmJobInfo]] = {}
+    for job_id, info in by_id.items():
+        base = re.match(r"[0-9]+", job_id).group(0)  # type: ignore[union-attr]  # checked by the parsers
+        if base != job_id:
+            groups.setdefault(base, []).append(info)
+    extra: dict[str, SlurmJobInfo] = {}
+    for job_id, info in by_id.items():
+        raw_id = raw_of[job_id]
+        if raw_id and raw_id != job_id and raw_id not in groups and raw_id not in by_id:
+            extra[raw_id] = info
+    for base, members in groups.items():
+        if base not in by_id:
+            extra[base] = _aggregate(base, members)
+    by_id.update(extra)
+    return by_id
+
+
+def parse_sacct(stdout: str) -> dict[str, SlurmJobInfo]:
+    """Rows of ``sacct -X --parsable2 --noheader -o <SACCT_FIELDS>`` keyed by JobID.
+
+    With ``--duplicates`` (or after a job-id reset) one id can have several records, e.g. REQUEUED then
+    RUNNING: the last one wins (sacct prints them oldest first). Step rows (``123.batch``) are skipped.
+    See :func:`_index` for the raw-id and base-id lookups of array and het jobs.
+    """
+    records: list[tuple[str, SlurmJobInfo]] = []
+    nfields = len(SACCT_FIELDS)
+    for line in stdout.splitlines():
+        if not line.strip() or _is_cluster_banner(line):
+            continue
+        parts = line.split("|", nfields - 1)
+        if len(parts) != nfields:
+            raise NpaParseError(
+                f"sacct line {_quote_output(line)} has {len(parts)} fields, expected {nfields} "
+                f"({','.join(SACCT_FIELDS)}); whole output {_quote_output(stdout)}"
+            )
+        raw_id, job_id, state_text, exit_text, nodes, reason, name = (p.strip() for p in parts)
+        if "." in job_id:
+            continue
+        if not re.match(r"[0-9]+", job_id):
+            raise NpaParseError(f"sacct line {_quote_output(line)} has no job id; output {_quote_output(stdout)}")
+        native = normalize_native_state(state_text)
+        state = interpret_native_state(native)
+        exit_code, signal = parse_exit_code(exit_text) if state.is_terminal else (None, None)
+        info = SlurmJobInfo(
+            job_id=job_id,
+            native_state=native,
+            state=state,
+            exit_code=exit_code,
+            signal=signal,
+            job_name=_none_if(name),
+            node_list=_none_if(nodes, "None assigned", "(null)"),
+            reason=_none_if(reason, "None"),
+            source="sacct",
+        )
+        records.append((raw_id, info))
+    return _index(records)
+
+
+def parse_squeue(stdout: str) -> dict[str, SlurmJobInfo]:
+    """Rows of ``squeue -h -o <SQUEUE_FORMAT>`` keyed by the displayed id (see :func:`_index`)."""
+    records: list[tuple[str, SlurmJobInfo]] = []
+    nfields = len(SQUEUE_FIELDS)
+    for line in stdout.splitlines():
+        if not line.strip() or _is_cluster_banner(line):
+            continue
+        parts = line.split("|", nfields - 1)
+        if len(parts) != nfields or not re.match(r"[0-9]+", parts[0].strip()):
+            raise NpaParseError(
+                f"squeue line {_quote_output(line)} is not '{SQUEUE_FORMAT}'; whole output {_quote_output(stdout)}"
+            )
+        job_id, raw_id, state_text, reason, nodes, name = (p.strip() for p in parts)
+        native = normalize_native_state(state_text)
+        info = SlurmJobInfo(
+            job_id=job_id,
+            native_state=native,
+            state=interpret_native_state(native),
+            exit_code=None,
+            signal=None,
+            job_name=_none_if(name),
+            node_list=_none_if(nodes, "(null)"),
+            reason=_none_if(reason, "None"),
+            source="squeue",
+        )
+        records.append((raw_id, info))
+    return _index(records)
+
+
+def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[LogChunk]:
+    """Decode the frames printed by :func:`build_tail_logs`, one LogChunk per request, in order."""
+    lines = stdout.split(b"\n")
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith(TAIL_MARK.encode() + b" "))
+    except StopIteration:
+        raise NpaParseError(f"log tail output has no frames: {_quote_output(stdout)}") from None
+    chunks: list[LogChunk] = []
+    pos = start
+    for index, (path, offset) in enumerate(requests):
+        if pos + 1 >= len(lines):
+            raise NpaParseError(
+                f"log tail output ended after {index} of {len(requests)} files (connection cut?): "
+                f"{_quote_output(stdout)}"
+            )
+        header = lines[pos].decode("ascii", "replace").split()
+        if len(header) != 3 or header[0] != TAIL_MARK or header[1] != str(index):
+            raise NpaParseError(f"bad log tail frame header {_quote_output(lines[pos])} for file #{index}")
+        try:
+            size = int(header[2])
+            data = base64.b64decode(lines[pos + 1], validate=True)
+        except (ValueError, binascii.Error) as exc:
+            raise NpaParseError(f"bad log tail frame for {path!r}: {_quote_output(lines[pos + 1])}") from exc
+        chunks.append(LogChunk(path=path, data=data, offset=offset + len(data), size=size))
+        pos += 2
+    if pos >= len(lines) or lines[pos].strip() != TAIL_END.encode():
+        raise NpaParseError(f"log tail output is missing its end marker: {_quote_output(stdout)}")
+    return chunks
+
+
+def _field(line: str, key: str) -> str | None:
+    m = re.search(rf"(?:^|\s){key}=(\S*)", line)
+    return m.group(1) if m else None
+
+
+def parse_scontrol_nodes(stdout: str) -> dict[str, NodeInfo]:
+    nodes: dict[str, NodeInfo] = {}
+    for line in stdout.splitlines():
+        if not line.strip() or _is_cluster_banner(line):
+            continue
+        name = _field(line, "NodeName")
+        state = _field(line, "State")
+        if not name or state is None:
+            raise NpaParseError(f"scontrol node line without NodeName/State: {_quote_output(line)}")
+        parts = _field(line, "Partitions")
+        # Reason may contain spaces ("test [root@2026-01-01T00:00:00]"); it runs to the next Key= field.
+        m = re.search(r"(?:^|\s)Reason=(.*?)(?=\s+[A-Za-z]+=|$)", line)
+        nodes[name] = NodeInfo(
+            name=name,
+            state=state,
+            partitions=tuple(p for p in (parts or "").split(",") if p and p != "(null)"),
+            reason=_none_if(m.group(1)) if m else None,
+        )
+    return nodes
+
+
+def parse_slurm_minutes(text: str) -> int | None:
+    """Slurm time limit -> whole minutes (seconds round up); UNLIMITED/INFINITE -> None.
+
+    Formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+    """
+    value = text.strip()
+    if value.upper() in {"UNLIMITED", "INFINITE", "NONE"}:
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value)
+    if not m:
+        raise NpaParseError(f"cannot read Slurm time limit {_quote_output(text)}")
+    days, a, b, c = m.groups()
+    if days is not None:  # D-H[:M[:S]]
+        seconds = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    elif c is not None:  # H:M:S
+        seconds = int(a) * 3600 + int(b) * 60 + int(c)
+    elif b is not None:  # M:S
+        seconds = int(a) * 60 + int(b)
+    else:  # M
+        seconds = int(a) * 60
+    return -(-seconds // 60)
+
+
+def parse_partitions(stdout: str) -> dict[str, PartitionInfo]:
+    partitions: dict[str, PartitionInfo] = {}
+    for line in stdout.splitlines():
+        if not line.strip() or _is_cluster_banner(line):
+            continue
+        name = _field(line, "PartitionName")
+        max_time = _field(line, "MaxTime")
+        if not name or max_time is None:
+            raise NpaParseError(f"scontrol partition line without PartitionName/MaxTime: {_quote_output(line)}")
+        partitions[name] = PartitionInfo(
+            name=name,
+            max_time_minutes=parse_slurm_minutes(max_time),
+            default=(_field(line, "Default") or "").upper() == "YES",
+            state=_field(line, "State") or "",
+            nodes=_none_if(_field(line, "Nodes") or "", "(null)"),
+        )
+    return partitions
+
+
+def parse_path_exists(stdout: str, paths: Sequence[str]) -> dict[str, bool]:
+    answers = [line.strip() for line in stdout.splitlines() if line.strip() in {"0", "1"}]
+    if len(answers) != len(paths):
+        raise NpaParseError(
+            f"path check printed {len(answers)} answers for {len(paths)} paths: {_quote_output(stdout)}"
+        )
+    return {p: a == "1" for p, a in zip(paths, answers, strict=True)}

@@ -1,0 +1,69 @@
+"""What sbatch, sacct, squeue, scontrol and the log tail answer, as records, and the output formats asked of them.
+
+The formats are shared by the builders (which ask for them) and the parsers (which read them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from npa_airflow.common.states import JobState
+
+# JobName goes last and the parser splits at most len-1 times, so a '|' in a foreign job name cannot
+# shift columns. Reason values are scheduler tokens (no '|').
+SACCT_FIELDS = ("JobIDRaw", "JobID", "State", "ExitCode", "NodeList", "Reason", "JobName")
+# squeue: %i display id (123_4, 123+0), %A raw id, %T extended state, %r reason, %N nodes, %j name.
+SQUEUE_FIELDS = ("%i", "%A", "%T", "%r", "%N", "%j")
+SQUEUE_FORMAT = "|".join(SQUEUE_FIELDS)
+
+# Log tail frames: per request a header "NPA-TAIL <index> <size>" then one line of base64, then an end line.
+TAIL_MARK = "NPA-TAIL"
+TAIL_END = "NPA-TAIL-END"
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    job_id: str
+    cluster: str | None
+
+
+@dataclass(frozen=True)
+class SlurmJobInfo:
+    job_id: str  # as Slurm displays it: "123", "123_4" (array task), "123+0" (het component)
+    native_state: str  # normalised first word: "CANCELLED by 0" -> "CANCELLED"
+    state: JobState
+    exit_code: int | None  # None until the job is terminal (and always from squeue)
+    signal: int | None
+    job_name: str | None
+    node_list: str | None
+    reason: str | None
+    source: str  # "sacct" | "squeue"
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    path: str
+    data: bytes
+    offset: int  # the new offset: request offset + len(data)
+    size: int  # file size when read; -1 = the file does not exist (yet)
+
+    @property
+    def missing(self) -> bool:
+        return self.size < 0
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: str  # as scontrol prints it, e.g. "IDLE", "MIXED", "DOWN*", "IDLE+DRAIN"
+    partitions: tuple[str, ...]
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    name: str
+    max_time_minutes: int | None  # None = UNLIMITED
+    default: bool
+    state: str
+    nodes: str | None

@@ -1,0 +1,58 @@
+"""Checks on every job id, cluster, job name and path before it reaches a remote command."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from npa_airflow.common.naming import validate_job_name
+from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.handle import JOB_ID_RE
+
+# 123, 123_4 (array task), 123+0 (het job component). Pending array ranges like 123_[1-5] are only ever
+# parsed from output, never sent.
+CLUSTER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def validate_job_id(job_id: object, field: str = "job_id") -> str:
+    if not isinstance(job_id, str) or not JOB_ID_RE.fullmatch(job_id):
+        raise NpaValidationError(
+            f"{field}={job_id!r} is not a Slurm job id: expected digits, optionally with an array task "
+            "('123_4') or a het component ('123+0')"
+        )
+    return job_id
+
+
+def validate_cluster(cluster: object, field: str = "cluster") -> str:
+    if not isinstance(cluster, str) or not CLUSTER_RE.fullmatch(cluster):
+        raise NpaValidationError(f"{field}={cluster!r} is not a valid Slurm cluster name ([A-Za-z0-9_.-])")
+    return cluster
+
+
+def validate_remote_path(path: object, field: str = "path") -> str:
+    """An absolute path with no NUL or newline (it is always quoted on the way out)."""
+    if not isinstance(path, str) or not path:
+        raise NpaValidationError(f"{field}={path!r} must be a non-empty absolute path")
+    if "\x00" in path or "\n" in path or "\r" in path:
+        raise NpaValidationError(f"{field}={path!r} contains a NUL or newline character; choose another path")
+    if not path.startswith("/"):
+        raise NpaValidationError(f"{field}={path!r} must be absolute (start with '/') on the cluster")
+    return path
+
+
+def job_id_list(job_ids: Iterable[str]) -> str:
+    ids = [validate_job_id(j) for j in job_ids]
+    if not ids:
+        raise NpaValidationError("job_ids is empty: give at least one Slurm job id")
+    return ",".join(dict.fromkeys(ids))
+
+
+def name_list(names: Iterable[str]) -> str:
+    checked = [validate_job_name(n, "names") for n in names]
+    if not checked:
+        raise NpaValidationError("names is empty: give at least one job name")
+    return ",".join(dict.fromkeys(checked))
+
+
+def cluster_args(cluster: str | None) -> list[str]:
+    return [] if cluster is None else ["-M", validate_cluster(cluster)]
