@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from npa_airflow.slurm import hook as hook_module
+from npa_airflow.slurm import ssh
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import get_poller, reset_pollers
@@ -104,10 +104,10 @@ async def test_n_triggers_make_one_state_query_per_cycle_on_the_cluster(slurm_cl
     try:
         poller = get_poller("slurm_default", lambda _: hook)
         hook.cycle = lambda: poller.stats.cycles
-        conn = hook_module._pool().connections[(await hook.aconfig()).pool_key][0]
+        conn = ssh.loop_pool().connections[(await hook.aconfig()).pool_key][0]
         port = int(conn.get_extra_info("sockname")[1])
         sshd_log = f"{slurm_cluster.dir}/log/sshd-{slurm_cluster.port}.log"
-        mark, sent0, connects0 = os.path.getsize(sshd_log), len(hook.sent), hook_module._pool().connects
+        mark, sent0, connects0 = os.path.getsize(sshd_log), len(hook.sent), ssh.loop_pool().connects
 
         events: dict[str, dict] = {}
 
@@ -161,7 +161,7 @@ async def test_n_triggers_make_one_state_query_per_cycle_on_the_cluster(slurm_cl
         # the server saw exactly these commands, all on the one pooled connection, and no new connection
         connections, sessions = _sshd_counts(sshd_log, mark, port)
         assert connections == 0
-        assert hook_module._pool().connects == connects0
+        assert ssh.loop_pool().connects == connects0
         assert sessions == len(sent), (sessions, len(sent))
     finally:
         await hook.arun(["scancel", "-n", tag], check=False)
@@ -216,7 +216,7 @@ async def test_two_clusters_get_one_poller_and_one_connection_each(slurm_cluster
             assert all(_ids_of(a) <= set(watched[cid]) for _, a in sacct), (cid, sacct)
             full = [a for c, a in sacct if full_after[cid] < c <= last_full[cid]]
             assert full and all(_ids_of(a) == set(watched[cid]) for a in full), (cid, sacct)
-        ports = {key: entry[0].get_extra_info("peername")[1] for key, entry in hook_module._pool().connections.items()}
+        ports = {key: entry[0].get_extra_info("peername")[1] for key, entry in ssh.loop_pool().connections.items()}
         assert sorted(ports.values()) == sorted([slurm_cluster.port, slurm_cluster.port2])
     finally:
         await hooks["slurm_default"].arun(["scancel", "-n", tag], check=False)

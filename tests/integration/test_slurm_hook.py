@@ -11,7 +11,7 @@ import pytest
 
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaConnectionError, NpaHostKeyError, NpaRemoteError, NpaValidationError
-from npa_airflow.slurm import hook as hook_module
+from npa_airflow.slurm import ssh
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.staging import StagedFile
@@ -74,7 +74,7 @@ async def test_run_returns_output_and_exit_status(hook):
 async def test_write_file_is_atomic_and_private(hook, workdir):
     path = f"{workdir}/secret.env"
     data = b"export HF_TOKEN=canary\n\x00\xff binary tail"
-    await hook.awrite_file(path, data)
+    await hook.astage([StagedFile(path, data)])
     mode = await hook.arun(["stat", "-c", "%a %U", path])
     assert mode.text.split() == ["600", "npa"]
     back = await hook.arun(["cat", path])
@@ -118,7 +118,7 @@ async def test_node_fail_is_seen_as_error(hook, workdir, cluster_admin):
 
 async def test_tail_log_returns_only_new_bytes(hook, workdir):
     path = f"{workdir}/grow.log"
-    await hook.awrite_file(path, b"line1\n", 0o644)
+    await hook.astage([StagedFile(path, b"line1\n", 0o644)])
     data, offset = await hook.atail_log(path, 0)
     assert (data, offset) == (b"line1\n", 6)
     await hook.arun(f"printf 'line2\\n' >> {path}")
@@ -151,10 +151,10 @@ async def test_find_jobs_by_exact_name(hook, workdir):
 
 
 async def test_one_pooled_connection_per_loop(slurm_cluster):
-    pool_before = hook_module._pool().connects
+    pool_before = ssh.loop_pool().connects
     hooks = [SlurmHook("slurm_default") for _ in range(5)]
     await asyncio.gather(*(h.arun(["true"]) for h in hooks for _ in range(4)))
-    assert hook_module._pool().connects - pool_before == 1
+    assert ssh.loop_pool().connects - pool_before == 1
 
 
 async def test_unknown_host_key_is_refused(slurm_cluster, tmp_path):

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from npa_airflow.slurm import hook as hook_module
+from npa_airflow.slurm import ssh
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import SlurmPoller, offsets_file_for
 from npa_airflow.slurm.staging import StagedFile
@@ -49,7 +49,7 @@ def test_many_jobs_one_connection_and_one_state_query_per_cycle(slurm_cluster):
         hook.commands = []
         workdir = f"{slurm_cluster.shared}/tests/poller-{uuid.uuid4().hex[:8]}"
         jobs = await submit_jobs(hook, workdir)
-        connects_before = hook_module._pool().connects
+        connects_before = ssh.loop_pool().connects
         hook.commands.clear()
         poller = SlurmPoller("slurm_default", lambda _: hook, autostart=False)
         regs = [
@@ -70,7 +70,7 @@ def test_many_jobs_one_connection_and_one_state_query_per_cycle(slurm_cluster):
             if len(finished) == JOBS:
                 break
             await asyncio.sleep(1)
-        connects = hook_module._pool().connects - connects_before
+        connects = ssh.loop_pool().connects - connects_before
         return poller, hook, [(jobs[i][0], lines[jobs[i][0]]) for i in range(JOBS)], connects
 
     poller, hook, outputs, connects = asyncio.run(scenario())

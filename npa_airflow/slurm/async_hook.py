@@ -1,0 +1,323 @@
+"""The async core of SlurmHook: every Slurm command a trigger or an operator runs on a login host.
+
+Commands that are not safe to repeat (sbatch) are never retried: a connection lost while they ran is reported as
+ambiguous. The sync methods operators call live in :mod:`npa_airflow.slurm.hook`; the transport in
+:mod:`npa_airflow.slurm.ssh`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+import asyncssh
+from airflow.sdk import BaseHook
+
+from npa_airflow.common.remote_errors import sbatch_outcome_unknown, scancel_nothing_to_cancel, squeue_job_id_unknown
+from npa_airflow.common.retry import Backoff, Budget, aretry
+from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
+from npa_airflow.slurm import commands
+from npa_airflow.slurm.connection import SlurmConnectionConfig
+from npa_airflow.slurm.ssh import (
+    CONNECTION_ERRORS,
+    MAX_CHANNELS_PER_CONNECTION,
+    CommandResult,
+    as_bytes,
+    loop_pool,
+    open_connection,
+    short_command,
+)
+from npa_airflow.slurm.staging import (
+    EXIT_MISSING_INPUTS,
+    StagedFile,
+    build_stage,
+    build_stage_and_submit,
+    parse_stage_output,
+)
+
+# A command whose connection died is run once more on a new connection, at once.
+RERUN_BACKOFF = Backoff(base=0.0, cap=0.0, jitter=0.0)
+RUN_ATTEMPTS = 2
+
+
+class _RepeatableConnectionError(NpaConnectionError):
+    """The connection died where running the command again is safe (it had not started, or is idempotent)."""
+
+
+class AsyncSlurmHook(BaseHook):
+    """The async Slurm commands over SSH; :class:`npa_airflow.slurm.hook.SlurmHook` adds the sync facade."""
+
+    def __init__(
+        self,
+        slurm_conn_id: str = "slurm_default",
+        *,
+        config: SlurmConnectionConfig | None = None,
+        connect_attempts: int = 2,
+    ) -> None:
+        super().__init__()
+        self.slurm_conn_id = slurm_conn_id
+        self._config = config
+        self.connect_attempts = connect_attempts
+
+    # -- configuration -------------------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> SlurmConnectionConfig:
+        if self._config is None:
+            self._config = SlurmConnectionConfig.from_connection(self.get_connection(self.slurm_conn_id))
+        return self._config
+
+    async def aconfig(self) -> SlurmConnectionConfig:
+        if self._config is None:
+            conn = await self.aget_connection(self.slurm_conn_id)
+            self._config = SlurmConnectionConfig.from_connection(conn)
+        return self._config
+
+    # -- connections ---------------------------------------------------------------------------------------------
+
+    async def _connection(self) -> tuple[asyncssh.SSHClientConnection, str, asyncio.Semaphore]:
+        cfg = await self.aconfig()
+        pool = loop_pool()
+        key = cfg.pool_key
+        lock = pool.locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            entry = pool.connections.get(key)
+            if entry is None or entry[0].is_closed():
+                entry = await open_connection(cfg, self.connect_attempts, self.log)
+                pool.connections[key] = entry
+                pool.channels[key] = asyncio.Semaphore(MAX_CHANNELS_PER_CONNECTION)
+        return entry[0], entry[1], pool.channels[key]
+
+    async def _drop(self, conn: asyncssh.SSHClientConnection) -> None:
+        cfg = await self.aconfig()
+        pool = loop_pool()
+        entry = pool.connections.get(cfg.pool_key)
+        if entry is not None and entry[0] is conn:
+            del pool.connections[cfg.pool_key]
+        conn.abort()
+
+    async def aclose(self) -> None:
+        """Close this connection identity's pooled connection on the current loop."""
+        cfg = await self.aconfig()
+        entry = loop_pool().connections.pop(cfg.pool_key, None)
+        if entry is not None:
+            entry[0].close()
+            await entry[0].wait_closed()
+
+    # -- commands ----------------------------------------------------------------------------------------------------
+
+    async def arun(
+        self,
+        argv: Sequence[str] | str,
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = 120,
+        check: bool = True,
+        idempotent: bool = True,
+    ) -> CommandResult:
+        """Run one command on the login host. An argv list is quoted with ``shlex.join``.
+
+        A connection that turns out dead before the command ran is replaced once. If it dies while the command
+        runs, the command is repeated only when ``idempotent``; otherwise ``NpaConnectionError`` is raised and the
+        caller decides (sbatch reconciles by job name).
+        """
+        command = argv if isinstance(argv, str) else shlex.join(argv)
+        if "\x00" in command:  # sshd would cut the command at the NUL (and drop the connection): never send it
+            raise NpaValidationError(
+                f"refusing to run a remote command containing a NUL byte: {short_command(command)!r}"
+            )
+        result = await aretry(
+            lambda: self._run_once(command, stdin, timeout, idempotent),
+            transient=lambda exc: isinstance(exc, _RepeatableConnectionError),
+            backoff=RERUN_BACKOFF,
+            budget=Budget(attempts=RUN_ATTEMPTS),
+        )
+        if check and result.returncode != 0:
+            status = "no exit status" if result.returncode is None else f"exit {result.returncode}"
+            raise NpaRemoteError(
+                f"{short_command(command)} failed on {result.host} ({status}): {result.error_text[-2000:]}"
+            )
+        return result
+
+    async def _run_once(
+        self, command: str, stdin: bytes | None, timeout: float | None, idempotent: bool
+    ) -> CommandResult:
+        conn, host, channels = await self._connection()
+        started = False
+        try:
+            async with channels:
+                started = True
+                done = await conn.run(command, input=stdin, encoding=None, timeout=timeout, check=False)
+        except asyncssh.TimeoutError as exc:
+            raise NpaRemoteError(f"command on {host} timed out after {timeout} s: {short_command(command)}") from exc
+        except asyncssh.ChannelOpenError as exc:
+            await self._drop(conn)
+            raise _RepeatableConnectionError(f"could not open a session on {host}: {exc}") from exc
+        except CONNECTION_ERRORS as exc:
+            await self._drop(conn)
+            error = _RepeatableConnectionError if idempotent or not started else NpaConnectionError
+            raise error(f"connection to {host} lost while running {short_command(command)}: {exc}") from exc
+        return CommandResult(
+            stdout=as_bytes(done.stdout), stderr=as_bytes(done.stderr), returncode=done.exit_status, host=host
+        )
+
+    async def astage(
+        self, files: Sequence[StagedFile], *, required_paths: Sequence[str] = (), mkdirs: Sequence[str] = ()
+    ) -> None:
+        """Check inputs exist, then create dirs and write files, in one round trip."""
+        command, stdin = build_stage(files, required_paths=required_paths, mkdirs=mkdirs)
+        result = await self.arun(command, stdin=stdin, check=False)
+        self._raise_for_stage(result)
+
+    async def astage_and_submit(
+        self,
+        files: Sequence[StagedFile],
+        script_path: str,
+        *,
+        sbatch_args: Sequence[str] = (),
+        required_paths: Sequence[str] = (),
+        mkdirs: Sequence[str] = (),
+    ) -> commands.SubmitResult:
+        """Check inputs, stage files and submit, all in ONE round trip.
+
+        Raises ``NpaValidationError`` (nothing written) when a required input is missing, ``NpaRemoteError`` when
+        sbatch clearly refused the job, and ``NpaAmbiguousSubmission`` when the job may or may not exist.
+        """
+        cfg = await self.aconfig()
+        command, stdin = build_stage_and_submit(
+            files,
+            script_path,
+            sbatch_args=sbatch_args,
+            required_paths=required_paths,
+            mkdirs=mkdirs,
+            cluster=cfg.cluster_name,
+        )
+        try:
+            result = await self.arun(command, stdin=stdin, check=False, idempotent=False, timeout=180)
+        except NpaConnectionError as exc:
+            raise NpaAmbiguousSubmission(f"connection lost during submission of {script_path}: {exc}") from exc
+        except NpaRemoteError as exc:  # timed out: sbatch may have created the job
+            raise NpaAmbiguousSubmission(f"submission of {script_path} did not finish: {exc}") from exc
+        if result.returncode is None:  # the session ended without a status (e.g. killed after sbatch ran)
+            raise NpaAmbiguousSubmission(f"submission of {script_path} on {result.host} ended without an exit status")
+        self._raise_for_stage(result)
+        outcome = parse_stage_output(result.text)
+        if not outcome.sbatch_started:
+            raise NpaRemoteError(f"staging for {script_path} failed on {result.host}: {result.error_text[-2000:]}")
+        if outcome.sbatch_rc is None:
+            raise NpaAmbiguousSubmission(f"sbatch for {script_path} on {result.host} reported no exit status")
+        if outcome.sbatch_rc != 0:
+            message = result.error_text[-2000:]
+            if sbatch_outcome_unknown(message):
+                raise NpaAmbiguousSubmission(f"sbatch on {result.host} gave up waiting for slurmctld: {message}")
+            raise NpaRemoteError(f"sbatch refused {script_path} on {result.host} (exit {outcome.sbatch_rc}): {message}")
+        if not outcome.sbatch_stdout.strip():
+            raise NpaAmbiguousSubmission(f"sbatch --parsable printed nothing for {script_path} on {result.host}")
+        return commands.parse_sbatch_submit(outcome.sbatch_stdout)
+
+    @staticmethod
+    def _raise_for_stage(result: CommandResult) -> None:
+        if result.returncode == EXIT_MISSING_INPUTS:
+            missing = parse_stage_output(result.text).missing
+            raise NpaValidationError(
+                "required inputs do not exist on the cluster (checked with test -e from "
+                f"{result.host}): {', '.join(missing)}. Stage the data on shared storage (e.g. Lustre) first, "
+                "or correct the paths; nothing was written or submitted."
+            )
+        if result.returncode not in (0, None):
+            raise NpaRemoteError(
+                f"staging files on {result.host} failed (exit {result.returncode}): {result.error_text[-2000:]}"
+            )
+        if result.returncode is None:
+            raise NpaRemoteError(f"staging files on {result.host} ended without an exit status")
+
+    async def ajob_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
+        """States of many jobs: ONE sacct, plus ONE squeue only for ids accounting does not know yet."""
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return {}
+        cfg = await self.aconfig()
+        found: dict[str, commands.SlurmJobInfo] = {}
+        sacct = await self.arun(commands.build_sacct_states(ids, cfg.cluster_name), check=False)
+        if sacct.returncode == 0:
+            found.update(commands.parse_sacct(sacct.text))
+        missing = [i for i in ids if i not in found]
+        if missing:
+            squeue = await self.arun(commands.build_squeue_states(missing, cfg.cluster_name), check=False)
+            if squeue.returncode == 0:
+                found.update(commands.parse_squeue(squeue.text))
+            elif squeue_job_id_unknown(squeue.error_text):
+                pass  # one id that slurmctld does not know: an answer ("not there"), not a failure
+            elif sacct.returncode != 0:
+                raise NpaRemoteError(
+                    f"neither sacct nor squeue answered on {squeue.host}: "
+                    f"sacct: {sacct.error_text[-500:]}; squeue: {squeue.error_text[-500:]}"
+                )
+        return {i: found[i] for i in ids if i in found}
+
+    async def acancel(self, job_id: str) -> None:
+        """``scancel``; a job that already ended (or is unknown to Slurm) counts as cancelled."""
+        cfg = await self.aconfig()
+        result = await self.arun(commands.build_cancel(job_id, cfg.cluster_name), check=False)
+        if result.returncode == 0:
+            return
+        if scancel_nothing_to_cancel(result.error_text):
+            return
+        raise NpaRemoteError(
+            f"scancel {job_id} failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"
+        )
+
+    async def atail_logs(
+        self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20
+    ) -> list[commands.LogChunk]:
+        """New bytes of many files from their offsets, in one round trip."""
+        if not requests:
+            return []
+        result = await self.arun(commands.build_tail_logs(requests, max_bytes), check=True)
+        return commands.parse_tail_logs(result.stdout, requests)
+
+    async def atail_log(self, path: str, offset: int, max_bytes: int = 1 << 20) -> tuple[bytes, int]:
+        """New bytes of one file and the offset after them."""
+        chunk = (await self.atail_logs([(path, offset)], max_bytes))[0]
+        return chunk.data, chunk.offset
+
+    async def apaths_exist(self, paths: Sequence[str]) -> dict[str, bool]:
+        if not paths:
+            return {}
+        command, _ = build_stage([], required_paths=paths)
+        result = await self.arun(command, check=False)
+        if result.returncode not in (0, EXIT_MISSING_INPUTS):
+            raise NpaRemoteError(f"checking paths on {result.host} failed: {result.error_text[-1000:]}")
+        missing = set(parse_stage_output(result.text).missing)
+        return {p: p not in missing for p in paths}
+
+    async def apath_exists(self, path: str) -> bool:
+        return (await self.apaths_exist([path]))[path]
+
+    async def afind_jobs_by_name(self, names: Sequence[str]) -> list[commands.SlurmJobInfo]:
+        """Jobs whose name is exactly one of ``names``, from squeue (live) and sacct (accounted), merged by id."""
+        names = list(dict.fromkeys(names))
+        if not names:
+            return []
+        cfg = await self.aconfig()
+        found: dict[str, commands.SlurmJobInfo] = {}
+        sacct = await self.arun(commands.build_find_by_name_sacct(names, cfg.cluster_name), check=False)
+        if sacct.returncode == 0:
+            found.update(commands.parse_sacct(sacct.text))
+        squeue = await self.arun(commands.build_find_by_name_squeue(names, cfg.cluster_name), check=False)
+        if squeue.returncode == 0:
+            found.update(commands.parse_squeue(squeue.text))  # live view wins over accounting lag
+        if sacct.returncode != 0 and squeue.returncode != 0:
+            raise NpaRemoteError(f"could not look up jobs by name on {squeue.host}: {squeue.error_text[-500:]}")
+        wanted = set(names)
+        return [info for info in found.values() if info.job_name in wanted]
+
+    async def anodes(self) -> dict[str, Any]:
+        result = await self.arun(commands.build_scontrol_nodes())
+        return commands.parse_scontrol_nodes(result.text)
+
+    async def apartitions(self) -> dict[str, Any]:
+        result = await self.arun(commands.build_partitions())
+        return commands.parse_partitions(result.text)
