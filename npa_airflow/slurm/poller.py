@@ -22,8 +22,6 @@ import asyncio
 import contextvars
 import json
 import logging
-import random
-import shlex
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -31,12 +29,48 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common.ownership import Claim
+from npa_airflow.common.retry import Backoff, apause
 from npa_airflow.common.states import JobState
+from npa_airflow.slurm.offsets import (
+    CLAIM_SUFFIX,
+    OFFSETS_SUFFIX,
+    build_commit_offsets,
+    build_read_claims,
+    build_read_offsets,
+    build_write_claims,
+    claim_file_for,
+    offsets_file_for,
+    parse_read_claims,
+    parse_read_offsets,
+)
+from npa_airflow.slurm.poll_bookkeeping import OffsetBookkeeping, describe_error
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.commands import LogChunk, SlurmJobInfo
 
 log = logging.getLogger(__name__)
+
+# Re-exported: triggers, tests and benchmarks import the offsets and claims helpers from here.
+__all__ = [
+    "CLAIM_SUFFIX",
+    "OFFSETS_SUFFIX",
+    "LogCursor",
+    "PollUpdate",
+    "PollerStats",
+    "Registration",
+    "SlurmPoller",
+    "build_commit_offsets",
+    "build_read_claims",
+    "build_read_offsets",
+    "build_write_claims",
+    "claim_file_for",
+    "get_poller",
+    "offsets_file_for",
+    "parse_read_claims",
+    "parse_read_offsets",
+    "reset_pollers",
+    "tail_budget",
+]
 
 FLOOR_SECONDS = 2.0  # never poll a cluster more often than this, whatever a trigger asks for
 MAX_INTERVAL_SECONDS = 60.0  # slowest cadence (long PENDING, repeated connection failures)
@@ -44,8 +78,6 @@ FAST_WINDOW_SECONDS = 60.0  # right after submit: poll at the floor to see the f
 LONG_PENDING_SECONDS = 300.0  # pending longer than this: poll 4x slower (pending for hours is normal)
 IDLE_STOP_SECONDS = 5.0  # the loop ends after this long without registrations
 MAX_STALLED_DRAIN_CYCLES = 3  # a finished job's log that stops yielding bytes (unreadable): give up after this
-OFFSETS_SUFFIX = ".npa-offsets"
-CLAIM_SUFFIX = ".npa-owner-"
 TAIL_TOTAL_BYTES = 32 << 20  # per cycle, all files together: bounds the triggerer's memory at any job count
 TAIL_FILE_MIN_BYTES = 64 << 10
 TAIL_FILE_MAX_BYTES = 8 << 20
@@ -54,16 +86,6 @@ TAIL_FILE_MAX_BYTES = 8 << 20
 def tail_budget(files: int) -> int:
     """Bytes each file may return in one cycle: a share of the total, within sane per-file bounds."""
     return max(TAIL_FILE_MIN_BYTES, min(TAIL_FILE_MAX_BYTES, TAIL_TOTAL_BYTES // max(files, 1)))
-
-
-def offsets_file_for(stdout_path: str) -> str:
-    """Where the committed log offsets of a job are kept (next to its stdout, on shared storage)."""
-    return stdout_path + OFFSETS_SUFFIX
-
-
-def claim_file_for(stdout_path: str, task_instance_key: str) -> str:
-    """Where the trigger watching a job for one task instance records its claim (next to the offsets)."""
-    return f"{stdout_path}{CLAIM_SUFFIX}{task_instance_key}"
 
 
 @dataclass
@@ -161,91 +183,7 @@ class PollerStats:
     last_query_job_ids: tuple[str, ...] = ()
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Pure builders/parsers for the offsets file (kept here: only the poller uses them)
-
-
-def build_commit_offsets(
-    entries: Sequence[tuple[str, str]], guards: Mapping[str, tuple[str, Claim]] | None = None
-) -> str:
-    """Shell fragment that atomically writes each (offsets file, JSON payload); silent, never fails.
-
-    With `guards[offsets file] = (claim file, claim)`, that file is written only while the claim file still
-    holds that claim: a trigger that another one has superseded never winds the offsets back.
-    """
-    parts = []
-    for path, payload in entries:
-        tmp = shlex.quote(path + ".tmp")
-        write = (
-            f"{{ printf '%s\\n' {shlex.quote(payload)} > {tmp} && mv -f {tmp} {shlex.quote(path)}; }} >/dev/null 2>&1"
-        )
-        guard = (guards or {}).get(path)
-        if guard is not None:
-            claim_file, claim = guard
-            write = (
-                f"l=; {{ read -r l < {shlex.quote(claim_file)}; }} 2>/dev/null; "
-                f'if [ "$l" = {shlex.quote(claim.line())} ]; then {write}; fi'
-            )
-        parts.append(write)
-    return "; ".join(parts)
-
-
-def build_write_claims(entries: Sequence[tuple[str, Claim]]) -> str:
-    """Shell fragment that atomically writes each (claim file, claim); silent, never fails."""
-    parts = []
-    for path, claim in entries:
-        tmp = shlex.quote(f"{path}.{claim.token}.tmp")
-        parts.append(
-            f"{{ printf '%s\\n' {shlex.quote(claim.line())} > {tmp} && mv -f {tmp} {shlex.quote(path)}; }}"
-            " >/dev/null 2>&1"
-        )
-    return "; ".join(parts)
-
-
-def build_read_claims(paths: Sequence[str]) -> str:
-    """Print the first line of each claim file (or nothing) followed by a NUL, then one newline.
-
-    Shell builtins only: it runs in every tail command, for every tailed job.
-    """
-    reads = [f"l=; {{ read -r l < {shlex.quote(p)}; }} 2>/dev/null; printf '%s\\0' \"$l\"" for p in paths]
-    return "; ".join([*reads, "printf '\\n'"])
-
-
-def parse_read_claims(blob: bytes, paths: Sequence[str]) -> dict[str, Claim | None]:
-    """Map each claim file to the claim it holds (None: missing, empty or damaged)."""
-    parts = blob.split(b"\0")
-    return {path: Claim.parse(parts[i]) if i < len(parts) else None for i, path in enumerate(paths)}
-
-
-def build_read_offsets(paths: Sequence[str]) -> str:
-    """Print each file's content (or nothing) followed by a NUL, in order."""
-    return "; ".join(f"{{ cat {shlex.quote(p)} 2>/dev/null; printf '\\0'; }}" for p in paths)
-
-
-def parse_read_offsets(stdout: bytes, paths: Sequence[str]) -> dict[str, dict[str, int]]:
-    """Map each offsets file to its {log path: offset}; a missing or damaged file maps to {}."""
-    blobs = stdout.split(b"\0")
-    result: dict[str, dict[str, int]] = {}
-    for i, path in enumerate(paths):
-        raw = blobs[i].strip() if i < len(blobs) else b""
-        try:
-            data = json.loads(raw.decode("utf-8")) if raw else {}
-        except (UnicodeDecodeError, ValueError):
-            data = {}
-        result[path] = (
-            {str(k): int(v) for k, v in data.items() if isinstance(v, int) and v >= 0} if isinstance(data, dict) else {}
-        )
-    return result
-
-
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()
-
-
-class SlurmPoller:
+class SlurmPoller(OffsetBookkeeping):
     """Polls one cluster for every registered job; see the module docstring."""
 
     def __init__(
@@ -318,20 +256,6 @@ class SlurmPoller:
                 loop.create_task, self._run(), name=f"npa-slurm-poller[{self.conn_id}]"
             )
 
-    async def flush_offsets(self, reg: Registration, timeout: float = 10.0) -> None:
-        """Persist `reg`'s committed offsets now (graceful trigger exit); best effort, bounded."""
-        if not reg.offsets_file or not reg.cursors or not reg.offsets_loaded:
-            return
-        if all(c.committed == c.persisted for c in reg.cursors):
-            return
-        cmd = build_commit_offsets([(reg.offsets_file, reg.offsets_payload())], reg.commit_guard())
-        try:
-            await asyncio.wait_for(self.hook.arun(cmd, timeout=timeout, check=False), timeout)
-            for c in reg.cursors:
-                c.persisted = c.committed
-        except Exception as exc:  # never let a bookkeeping write fail the trigger
-            log.warning("Could not persist log offsets to %s: %s", reg.offsets_file, _describe(exc))
-
     # -- the loop ----------------------------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -364,14 +288,15 @@ class SlurmPoller:
                 # A new registration arrived: poll soon, but never more often than the floor.
                 remaining = FLOOR_SECONDS - (time.monotonic() - started)
                 if remaining > 0:
-                    await asyncio.sleep(remaining)
+                    await apause(remaining)
             except asyncio.TimeoutError:  # a distinct class before Python 3.11
                 pass
 
     def _next_delay(self) -> float:
         if self._consecutive_failures:
-            base = min(MAX_INTERVAL_SECONDS, FLOOR_SECONDS * 2 ** min(self._consecutive_failures, 6))
-            return base + random.uniform(0, base / 2)
+            return Backoff(base=FLOOR_SECONDS * 2, cap=MAX_INTERVAL_SECONDS, jitter=0.5).delay(
+                self._consecutive_failures
+            )
         now_wall, now_mono = time.time(), time.monotonic()
         wanted = [r.desired_interval(now_wall, now_mono) for r in self._registrations]
         return max(FLOOR_SECONDS, min(wanted, default=MAX_INTERVAL_SECONDS))
@@ -383,25 +308,39 @@ class SlurmPoller:
             return
         self.stats.cycles += 1
         cycle_no = self.stats.cycles
-        hook = self.hook
-
         await self._claim_and_load_offsets(regs)
+        infos = await self._query_states(regs, cycle_no)
+        if infos is None:
+            return
+        self._record_states(regs, infos)
+        tailing = [r for r in regs if r.cursors and r.offsets_loaded and r.ever_started]
+        chunks, log_error = await self._tail(tailing)
+        for reg in regs:
+            mine = tuple(chunks.get(id(reg), ()))
+            tailed_error = log_error if reg in tailing else None
+            update = self._update_for(reg, cycle_no, infos.get(reg.job_id), mine, reg in tailing, tailed_error)
+            self._publish(reg, update)
 
+    async def _query_states(self, regs: Sequence[Registration], cycle_no: int) -> dict[str, SlurmJobInfo] | None:
+        """The ONE state query of a cycle; None (after telling every registration) when it failed."""
         job_ids = sorted({r.job_id for r in regs})
         self.stats.state_queries += 1
         self.stats.max_jobs_per_query = max(self.stats.max_jobs_per_query, len(job_ids))
         self.stats.last_query_job_ids = tuple(job_ids)
         try:
-            infos: dict[str, SlurmJobInfo] = await hook.ajob_states(job_ids)
+            infos: dict[str, SlurmJobInfo] = await self.hook.ajob_states(job_ids)
         except Exception as exc:
             self._consecutive_failures += 1
             self.stats.failures += 1
-            message = f"state query failed ({_describe(exc)}); state unknown, will retry"
+            message = f"state query failed ({describe_error(exc)}); state unknown, will retry"
             for reg in regs:
                 self._publish(reg, PollUpdate(cycle=cycle_no, state=JobState.UNKNOWN, info=None, error=message))
-            return
+            return None
         self._consecutive_failures = 0
+        return infos
 
+    @staticmethod
+    def _record_states(regs: Sequence[Registration], infos: Mapping[str, SlurmJobInfo]) -> None:
         now = time.monotonic()
         for reg in regs:
             info = infos.get(reg.job_id)
@@ -411,42 +350,35 @@ class SlurmPoller:
             if state not in (JobState.PENDING, JobState.UNKNOWN):
                 reg.ever_started = True
 
-        tailing = [r for r in regs if r.cursors and r.offsets_loaded and r.ever_started]
-        chunks, log_error = await self._tail(tailing)
-
-        for reg in regs:
-            if reg.superseded:
-                log.warning(
-                    "Slurm job %s: no longer watched by this triggerer (%s claimed it); its updates stop here",
-                    reg.job_id,
-                    reg.superseded_by,
-                )
-                self._publish(reg, PollUpdate(cycle=cycle_no, state=JobState.UNKNOWN, info=None, error="superseded"))
-                continue
-            info = infos.get(reg.job_id)
-            mine = tuple(chunks.get(id(reg), ()))
-            drained = True
-            if reg.state.is_terminal and reg in tailing:
-                unread = bool(log_error) or any(ch.offset < ch.size for ch in mine)
-                progressed = any(ch.data for ch in mine)
-                reg.stalled_drain_cycles = 0 if progressed else reg.stalled_drain_cycles + 1
-                drained = not unread or reg.stalled_drain_cycles >= MAX_STALLED_DRAIN_CYCLES
-            error = None
-            if info is None:
-                error = f"job {reg.job_id} not found by sacct or squeue yet; state unknown"
-            elif log_error and reg in tailing:
-                error = log_error
-            self._publish(
-                reg,
-                PollUpdate(
-                    cycle=cycle_no,
-                    state=reg.state,
-                    info=info,
-                    chunks=mine,
-                    error=error,
-                    logs_drained=drained,
-                ),
+    @staticmethod
+    def _update_for(
+        reg: Registration,
+        cycle_no: int,
+        info: SlurmJobInfo | None,
+        chunks: tuple[LogChunk, ...],
+        tailed: bool,
+        log_error: str | None,
+    ) -> PollUpdate:
+        """What this cycle tells one registration: its state, its new log bytes, whether its log is drained."""
+        if reg.superseded:
+            log.warning(
+                "Slurm job %s: no longer watched by this triggerer (%s claimed it); its updates stop here",
+                reg.job_id,
+                reg.superseded_by,
             )
+            return PollUpdate(cycle=cycle_no, state=JobState.UNKNOWN, info=None, error="superseded")
+        drained = True
+        if reg.state.is_terminal and tailed:
+            unread = bool(log_error) or any(ch.offset < ch.size for ch in chunks)
+            progressed = any(ch.data for ch in chunks)
+            reg.stalled_drain_cycles = 0 if progressed else reg.stalled_drain_cycles + 1
+            drained = not unread or reg.stalled_drain_cycles >= MAX_STALLED_DRAIN_CYCLES
+        error = None
+        if info is None:
+            error = f"job {reg.job_id} not found by sacct or squeue yet; state unknown"
+        elif log_error:
+            error = log_error
+        return PollUpdate(cycle=cycle_no, state=reg.state, info=info, chunks=chunks, error=error, logs_drained=drained)
 
     def _publish(self, reg: Registration, update: PollUpdate) -> None:
         if reg in self._registrations:  # unregistered mid-cycle: drop
@@ -454,130 +386,81 @@ class SlurmPoller:
                 reg.delivered_cycle = update.cycle
             reg.queue.put_nowait(update)
 
-    async def persist_delivered(self, wait: float = 1.0) -> None:
-        """Once the triggers have written this cycle's lines, persist their offsets in ONE command.
-
-        Runs only after cycles that delivered log bytes. Without it the offsets would reach the cluster with
-        the next cycle's tail, and a triggerer killed in between would log the same lines again on restart.
-        """
-        waiting = [r for r in self._registrations if r.offsets_file and r.delivered_cycle > r.acked_cycle]
-        if not waiting:
-            return
-        deadline = time.monotonic() + wait
-        while waiting and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-            waiting = [r for r in waiting if r in self._registrations and r.delivered_cycle > r.acked_cycle]
-        dirty = [
-            r
-            for r in self._registrations
-            if r.offsets_file
-            and r.offsets_loaded
-            and not r.superseded
-            and any(c.committed != c.persisted for c in r.cursors)
-        ]
-        if not dirty:
-            return
-        written = [(r, {c.path: c.committed for c in r.cursors}) for r in dirty]
-        guards = {path: guard for r in dirty for path, guard in r.commit_guard().items()}
-        command = build_commit_offsets([(r.offsets_file or "", r.offsets_payload()) for r in dirty], guards)
-        self.stats.offset_commits += 1
-        try:
-            result = await self.hook.arun(command, timeout=30, check=False)
-        except Exception as exc:  # the next tail command carries them instead
-            log.warning("Could not persist log offsets (%s); will retry with the next poll", _describe(exc))
-            return
-        if result.returncode is None:
-            return
-        for reg, offsets in written:
-            for cursor in reg.cursors:
-                cursor.persisted = offsets.get(cursor.path, cursor.persisted)
-
-    async def _claim_and_load_offsets(self, regs: Sequence[Registration]) -> None:
-        """ONE command for the registrations new since the last cycle: write their claims, read their offsets."""
-        claiming = [r for r in regs if r.claim and r.claim_file and not r.claimed]
-        pending = [r for r in regs if not r.offsets_loaded and r.offsets_file]
-        if not claiming and not pending:
-            return
-        files = [r.offsets_file for r in pending if r.offsets_file]
-        parts = []
-        if claiming:
-            parts.append(build_write_claims([(r.claim_file or "", r.claim) for r in claiming if r.claim]))
-        if files:
-            parts.append(build_read_offsets(files))
-        self.stats.offset_loads += 1
-        try:
-            result = await self.hook.arun("; ".join(parts), timeout=60, check=False)
-        except Exception as exc:
-            log.warning("Could not claim jobs or read persisted log offsets (%s); will retry", _describe(exc))
-            return
-        if result.returncode is None:
-            return
-        for reg in claiming:
-            reg.claimed = True
-        loaded = parse_read_offsets(result.stdout, files)
-        for reg in pending:
-            saved = loaded.get(reg.offsets_file or "", {})
-            for cursor in reg.cursors:
-                start = max(cursor.committed, saved.get(cursor.path, 0))
-                cursor.read = cursor.committed = cursor.persisted = start
-            reg.offsets_loaded = True
-
-    async def read_claim(self, claim_file: str, timeout: float = 10.0) -> Claim | None:
-        """The claim now in `claim_file`, read afresh (on_kill); None when unreadable."""
-        result = await asyncio.wait_for(
-            self.hook.arun(build_read_claims([claim_file]), timeout=timeout, check=False), timeout
-        )
-        return parse_read_claims(result.stdout.split(b"\n", 1)[0], [claim_file])[claim_file]
-
     async def _tail(self, regs: Sequence[Registration]) -> tuple[dict[int, list[LogChunk]], str | None]:
+        """ONE command: persist dirty offsets, read the claims back, tail every log from its read cursor."""
         if not regs:
             return {}, None
-        from npa_airflow.slurm.commands import build_tail_logs, parse_tail_logs
+        from npa_airflow.slurm.commands import parse_tail_logs
 
-        requests: list[tuple[str, int]] = []
-        owners: list[tuple[Registration, LogCursor]] = []
-        commits: list[tuple[str, str]] = []
-        committing: list[tuple[Registration, dict[str, int]]] = []
-        for reg in regs:
-            for cursor in reg.cursors:
-                requests.append((cursor.path, cursor.read))
-                owners.append((reg, cursor))
-            if reg.offsets_file and any(c.committed != c.persisted for c in reg.cursors):
-                commits.append((reg.offsets_file, reg.offsets_payload()))
-                committing.append((reg, {c.path: c.committed for c in reg.cursors}))
-        checked = [r for r in regs if r.claimed and r.claim_file]
-        claim_files = [r.claim_file or "" for r in checked]
-        script = build_tail_logs(requests, tail_budget(len(requests)))
-        if claim_files:
-            script = build_read_claims(claim_files) + "; " + script
-        if commits:
-            guards = {path: guard for reg, _ in committing for path, guard in reg.commit_guard().items()}
-            script = build_commit_offsets(commits, guards) + "; " + script
+        plan = _TailPlan.of(regs)
         self.stats.log_queries += 1
         try:
-            result = await self.hook.arun(script, timeout=120, check=False)
+            result = await self.hook.arun(plan.script(), timeout=120, check=False)
             if result.returncode is None:
                 raise ConnectionError("log tail got no exit status")
             stdout = result.stdout
-            if claim_files:
+            if plan.claim_files:
                 claims_blob, _, stdout = stdout.partition(b"\n")
-                claims = parse_read_claims(claims_blob, claim_files)
-                for reg in checked:
-                    current = claims.get(reg.claim_file or "")
-                    if current is not None and reg.claim is not None and current.token != reg.claim.token:
-                        reg.superseded_by = current
-            parsed = parse_tail_logs(stdout, requests)
+                _mark_superseded(plan.checked, parse_read_claims(claims_blob, plan.claim_files))
+            parsed = parse_tail_logs(stdout, plan.requests)
         except Exception as exc:
-            return {}, f"log tail failed ({_describe(exc)}); will retry"
-        for reg, written in committing:
+            return {}, f"log tail failed ({describe_error(exc)}); will retry"
+        for reg, written in plan.committing:
             for cursor in reg.cursors:
                 cursor.persisted = written.get(cursor.path, cursor.persisted)
         out: dict[int, list[LogChunk]] = {}
-        for (reg, cursor), chunk in zip(owners, parsed, strict=False):
+        for (reg, cursor), chunk in zip(plan.owners, parsed, strict=False):
             if chunk.offset > cursor.read or chunk.data:
                 cursor.read = max(cursor.read, chunk.offset)
             out.setdefault(id(reg), []).append(chunk)
         return out, None
+
+
+@dataclass
+class _TailPlan:
+    """What one tail command asks for, and whose cursors and claims its answer belongs to."""
+
+    requests: list[tuple[str, int]] = field(default_factory=list)
+    owners: list[tuple[Registration, LogCursor]] = field(default_factory=list)
+    commits: list[tuple[str, str]] = field(default_factory=list)
+    committing: list[tuple[Registration, dict[str, int]]] = field(default_factory=list)
+    checked: list[Registration] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, regs: Sequence[Registration]) -> _TailPlan:
+        plan = cls()
+        for reg in regs:
+            for cursor in reg.cursors:
+                plan.requests.append((cursor.path, cursor.read))
+                plan.owners.append((reg, cursor))
+            if reg.offsets_file and any(c.committed != c.persisted for c in reg.cursors):
+                plan.commits.append((reg.offsets_file, reg.offsets_payload()))
+                plan.committing.append((reg, {c.path: c.committed for c in reg.cursors}))
+        plan.checked = [r for r in regs if r.claimed and r.claim_file]
+        return plan
+
+    @property
+    def claim_files(self) -> list[str]:
+        return [r.claim_file or "" for r in self.checked]
+
+    def script(self) -> str:
+        from npa_airflow.slurm.commands import build_tail_logs
+
+        script = build_tail_logs(self.requests, tail_budget(len(self.requests)))
+        if self.claim_files:
+            script = build_read_claims(self.claim_files) + "; " + script
+        if self.commits:
+            guards = {path: guard for reg, _ in self.committing for path, guard in reg.commit_guard().items()}
+            script = build_commit_offsets(self.commits, guards) + "; " + script
+        return script
+
+
+def _mark_superseded(checked: Sequence[Registration], claims: Mapping[str, Claim | None]) -> None:
+    """A registration whose claim file now holds another trigger's claim publishes nothing more."""
+    for reg in checked:
+        current = claims.get(reg.claim_file or "")
+        if current is not None and reg.claim is not None and current.token != reg.claim.token:
+            reg.superseded_by = current
 
 
 def _default_hook_factory(conn_id: str) -> Any:

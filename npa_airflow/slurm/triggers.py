@@ -25,6 +25,7 @@ from npa_airflow.common.ownership import (
     shielded,
     warm_task_reads,
 )
+from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, get_poller, offsets_file_for
@@ -34,6 +35,8 @@ TAIL_LINES = 60  # lines of the job's output carried in a failure event
 module_log = logging.getLogger(__name__)  # on_kill's lines reach the triggerer's own log
 DEADLINE_CANCEL_TIMEOUT = 30.0
 ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([triggerer] on_kill_timeout)
+# Between checks of the success marker: 2, 4, 8, ... 60 s, until the deadline.
+MARKER_CHECK_BACKOFF = Backoff(base=2.0, cap=60.0, jitter=0.0)
 
 EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline")
 
@@ -93,7 +96,8 @@ class SlurmJobTrigger(BaseTrigger):
     :param poll_interval: wanted seconds between polls while running (the poller never goes below its floor).
     :param deadline: epoch seconds after which the trigger fires a "deadline" event (the operator cancels).
     :param require_marker: for COMPLETED, also require this file (relative to the results dir, or absolute).
-    :param log_offsets: {log path: byte offset} already written to the task log.
+    :param log_offsets: ignored; accepted so trigger rows serialised by earlier versions (which carried it)
+        still deserialise. The offsets live next to the job's stdout (`npa_airflow.slurm.offsets`).
     :param stream_logs: write the job's stdout/stderr to the task log as it appears.
     :param cancel_on_kill: scancel the job when a user kills the deferred task.
     """
@@ -116,7 +120,7 @@ class SlurmJobTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.deadline = float(deadline) if deadline is not None else None
         self.require_marker = require_marker
-        self.log_offsets = {str(k): int(v) for k, v in (log_offsets or {}).items()}
+        self.log_offsets: dict[str, int] = {}  # what the task log holds so far; reported in the event
         self.stream_logs = stream_logs
         self.cancel_on_kill = cancel_on_kill
         self._fired = False
@@ -134,7 +138,6 @@ class SlurmJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "require_marker": self.require_marker,
-                "log_offsets": self.log_offsets,
                 "stream_logs": self.stream_logs,
                 "cancel_on_kill": self.cancel_on_kill,
             },
@@ -188,7 +191,7 @@ class SlurmJobTrigger(BaseTrigger):
         warm_task_reads(getattr(self, "task_instance", None))
         reg = poller.register(
             self.job_id,
-            log_offsets=[(p, self.log_offsets.get(p, 0)) for _, p in paths],
+            log_offsets=[(p, 0) for _, p in paths],
             offsets_file=offsets_file_for(stdout) if stdout and paths else None,
             interval=self.poll_interval,
             submitted_at=self.handle.get("submitted_at"),
@@ -327,16 +330,22 @@ class SlurmJobTrigger(BaseTrigger):
     async def _marker_exists(self, marker: str) -> bool | None:
         """True/False, or None when the deadline passed before the cluster could answer."""
         hook = get_poller(self.conn_id).hook
-        delay = 2.0
-        while True:
-            try:
-                return bool(await hook.apath_exists(marker))
-            except Exception as exc:
-                self.log.warning("Could not check success marker %s (%s); retrying", marker, exc)
-            if self._deadline_passed():
-                return None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 60.0)
+
+        def retry_before_deadline(exc: BaseException) -> bool:
+            self.log.warning("Could not check success marker %s (%s); retrying", marker, exc)
+            return not self._deadline_passed()
+
+        try:
+            return bool(
+                await aretry(
+                    lambda: hook.apath_exists(marker),
+                    transient=retry_before_deadline,
+                    backoff=MARKER_CHECK_BACKOFF,
+                    budget=Budget(),
+                )
+            )
+        except Exception:  # only once the deadline passed: every failure before it is retried
+            return None
 
     async def _deadline_event(self, message: str) -> TriggerEvent:
         """Cancel the job right here (the task may take a while to resume on a worker), then fire.
