@@ -58,16 +58,7 @@ class SlurmJobLink(BaseOperatorLink):
 
 
 def _job_url_template(conn_id: str | None) -> str | None:
-    if not conn_id:
-        return None
-    try:
-        from airflow.sdk import BaseHook
-
-        extra = BaseHook.get_connection(conn_id).extra_dejson
-    except Exception:  # a link must never fail the task
-        return None
-    value = extra.get("job_url_template")
-    return value if isinstance(value, str) and value.strip() else None
+    return _extra_value(conn_id, "job_url_template")
 
 
 BURST_XCOM_KEY = xcom_keys.BURST_JOB
@@ -100,6 +91,7 @@ class BurstJobLink(BaseOperatorLink):
 
 
 def _extra_value(conn_id: str | None, key: str) -> str | None:
+    """A non-blank string from the connection's extra, else None (also when the connection cannot be read)."""
     if not conn_id:
         return None
     try:

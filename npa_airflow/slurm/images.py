@@ -111,6 +111,14 @@ def parse_image_ref(ref: str, *, field: str = "image") -> ImageRef:
     if value.startswith(("/", ".")) or looks_like_file:
         return _parse_sqsh(field, value)
 
+    body = _registry_body(field, value)
+    registry, rest = _split_registry(field, value, body)
+    repository, tag, tag_explicit = _split_tag(field, value, rest)
+    return ImageRef(original=ref, registry=registry, repository=repository, tag=tag, tag_explicit=tag_explicit)
+
+
+def _registry_body(field: str, value: str) -> str:
+    """The reference without its ``docker://`` scheme; refuse other schemes, whitespace, digests and users."""
     body = value
     if "://" in body:
         scheme, _, body = body.partition("://")
@@ -138,7 +146,11 @@ def parse_image_ref(ref: str, *, field: str = "image") -> ImageRef:
             "Put registry credentials in ~/.config/enroot/.credentials (SlurmEnrootCredentialsOperator), "
             "not in the reference.",
         )
+    return body
 
+
+def _split_registry(field: str, value: str, body: str) -> tuple[str | None, str]:
+    """(registry host or None, the rest): enroot's ``registry#image`` or a first component with '.', ':'."""
     registry: str | None
     if "#" in body:
         registry, _, rest = body.partition("#")
@@ -150,7 +162,6 @@ def parse_image_ref(ref: str, *, field: str = "image") -> ImageRef:
             registry, rest = first, remainder
         else:
             registry, rest = None, body
-
     if registry is not None and not _REGISTRY.match(registry):
         raise _bad(
             field,
@@ -158,7 +169,11 @@ def parse_image_ref(ref: str, *, field: str = "image") -> ImageRef:
             f"has an invalid registry host {registry!r}",
             "Use host[:port], e.g. nvcr.io or registry.local:5000.",
         )
+    return registry, rest
 
+
+def _split_tag(field: str, value: str, rest: str) -> tuple[str, str, bool]:
+    """(repository, tag, whether the tag was written); ``latest`` when none was."""
     repository, colon, tag = rest.rpartition(":")
     if not colon or "/" in tag:
         repository, tag, tag_explicit = rest, "latest", False
@@ -181,7 +196,7 @@ def parse_image_ref(ref: str, *, field: str = "image") -> ImageRef:
             f"has an invalid tag {tag!r}",
             "Tags are 1-128 of [A-Za-z0-9_.-], not starting with '.' or '-'.",
         )
-    return ImageRef(original=ref, registry=registry, repository=repository, tag=tag, tag_explicit=tag_explicit)
+    return repository, tag, tag_explicit
 
 
 def _parse_sqsh(field: str, value: str) -> ImageRef:
