@@ -1,88 +1,21 @@
 """The shared poller: coalescing, fan-out, failures, offsets persistence.
 
-`LocalClusterDouble` stands in for SlurmHook at the boundary: job states come from a dict the test sets
-(no Slurm here; the real-cluster coalescing figures come from the sdiag benchmark), while every shell
-command the poller builds (log tails, offsets files) runs for real in local bash against real files.
+`LocalClusterDouble` (tests/harness/cluster_double.py) stands in for SlurmHook at the boundary: job states come
+from a dict the test sets, while every shell command the poller builds runs for real in local bash.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm import poller as poller_mod
-from npa_airflow.slurm.commands import SlurmJobInfo
-from npa_airflow.slurm.hook import CommandResult
-from npa_airflow.slurm.poller import (
-    SlurmPoller,
-    build_commit_offsets,
-    build_read_offsets,
-    get_poller,
-    offsets_file_for,
-    parse_read_offsets,
-    reset_pollers,
-)
-
-NATIVE = {
-    JobState.PENDING: "PENDING",
-    JobState.RUNNING: "RUNNING",
-    JobState.COMPLETE: "COMPLETED",
-    JobState.ERROR: "FAILED",
-    JobState.CANCELED: "CANCELLED",
-}
-
-
-def info(job_id: str, state: JobState, exit_code: int | None = None) -> SlurmJobInfo:
-    return SlurmJobInfo(
-        job_id=job_id,
-        native_state=NATIVE[state],
-        state=state,
-        exit_code=exit_code,
-        signal=None,
-        job_name=f"job-{job_id}",
-        node_list="c1",
-        reason=None,
-        source="sacct",
-    )
-
-
-class LocalClusterDouble:
-    """Test double for SlurmHook: scripted job states, real local bash for every command string."""
-
-    def __init__(self) -> None:
-        self.states: dict[str, JobState] = {}
-        self.state_calls: list[list[str]] = []
-        self.commands: list[str] = []
-        self.fail_states = 0  # next N ajob_states calls raise ConnectionError
-        self.fail_commands = 0
-
-    async def ajob_states(self, job_ids):
-        self.state_calls.append(list(job_ids))
-        if self.fail_states:
-            self.fail_states -= 1
-            raise ConnectionError("connection to 127.0.0.1:2222 lost")
-        return {j: info(j, self.states[j]) for j in job_ids if j in self.states}
-
-    async def arun(self, argv, *, stdin=None, timeout=120, check=True):
-        assert isinstance(argv, str)
-        self.commands.append(argv)
-        if self.fail_commands:
-            self.fail_commands -= 1
-            raise ConnectionError("connection reset")
-        proc = await asyncio.create_subprocess_exec("bash", "-c", argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, err = await proc.communicate(stdin)
-        return CommandResult(stdout=out, stderr=err, returncode=proc.returncode, host="local")
-
-    async def apath_exists(self, path):
-        return Path(path).exists()
-
-    async def acancel(self, job_id):
-        self.states[job_id] = JobState.CANCELED
+from npa_airflow.slurm.poller import SlurmPoller, get_poller, offsets_file_for, reset_pollers
+from tests.harness.cluster_double import LocalClusterDouble
 
 
 @pytest.fixture
@@ -299,42 +232,3 @@ def test_adaptive_interval():
     pending.state, pending.state_since = JobState.PENDING, now_mono - 1000
     assert pending.desired_interval(now_wall, now_mono) == poller_mod.MAX_INTERVAL_SECONDS
     assert reg._next_delay() == poller_mod.MAX_INTERVAL_SECONDS  # nobody registered
-
-
-def test_offsets_builders_round_trip_in_real_bash(tmp_path):
-    paths = [str(tmp_path / "a.npa-offsets"), str(tmp_path / "it's $(weird).npa-offsets")]
-    payloads = [json.dumps({"/x/a.out": 5}), json.dumps({"/x/$(b).out": 9, "/x/b.err": 0})]
-    subprocess.run(["bash", "-c", build_commit_offsets(list(zip(paths, payloads, strict=True)))], check=True)
-    missing = str(tmp_path / "missing")
-    out = subprocess.run(["bash", "-c", build_read_offsets([*paths, missing])], capture_output=True, check=True)
-    parsed = parse_read_offsets(out.stdout, [*paths, missing])
-    assert parsed == {paths[0]: {"/x/a.out": 5}, paths[1]: {"/x/$(b).out": 9, "/x/b.err": 0}, missing: {}}
-    assert not list(tmp_path.glob("*.tmp"))
-
-
-def test_claims_round_trip_and_guard_the_offsets_in_real_bash(tmp_path):
-    """A superseded trigger's offsets write is refused by the shell itself; claims read back as written."""
-    from npa_airflow.common.ownership import Claim
-    from npa_airflow.slurm.poller import build_read_claims, build_write_claims, parse_read_claims
-
-    claim_file, offsets = str(tmp_path / "it's $(x).npa-owner-abc"), str(tmp_path / "o.npa-offsets")
-    mine, theirs = Claim.new(1), Claim.new(1)
-    subprocess.run(["bash", "-c", build_write_claims([(claim_file, mine)])], check=True)
-    missing = str(tmp_path / "missing")
-    out = subprocess.run(["bash", "-c", build_read_claims([claim_file, missing])], capture_output=True, check=True)
-    assert parse_read_claims(out.stdout.split(b"\n", 1)[0], [claim_file, missing]) == {claim_file: mine, missing: None}
-    guard = {offsets: (claim_file, mine)}
-    subprocess.run(["bash", "-c", build_commit_offsets([(offsets, '{"a": 5}')], guard)], check=True)
-    assert json.loads(Path(offsets).read_text()) == {"a": 5}
-    subprocess.run(["bash", "-c", build_write_claims([(claim_file, theirs)])], check=True)  # another trigger
-    subprocess.run(["bash", "-c", build_commit_offsets([(offsets, '{"a": 3}')], guard)], check=True)
-    assert json.loads(Path(offsets).read_text()) == {"a": 5}, "a superseded trigger wound the offsets back"
-    assert not list(tmp_path.glob("*.tmp"))
-
-
-def test_parse_read_offsets_ignores_damaged_files():
-    assert parse_read_offsets(b'not json\0[1]\0{"/a": -3, "/b": 2}\0', ["x", "y", "z"]) == {
-        "x": {},
-        "y": {},
-        "z": {"/b": 2},
-    }

@@ -1,6 +1,6 @@
 """SlurmJobTrigger: persistence round trip, events, live log lines, deadline, on_kill guards.
 
-Job states come from `LocalClusterDouble` (test double for SlurmHook at the boundary, see test_poller.py);
+Job states come from `LocalClusterDouble` (test double for SlurmHook at the boundary, tests/harness/cluster_double.py);
 log files are real files read by the real tail/offsets shell commands in local bash.
 """
 
@@ -24,8 +24,8 @@ from npa_airflow.slurm.triggers import (
     make_event_payload,
     validate_event,
 )
+from tests.harness.cluster_double import LocalClusterDouble
 from tests.supervisor_double import install_supervisor, run_for_task_instance
-from tests.unit.slurm.test_poller import LocalClusterDouble
 
 LOGGER = "npa.test.trigger"  # Airflow's structlog logger is swapped for a stdlib one that caplog sees
 

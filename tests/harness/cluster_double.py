@@ -1,0 +1,72 @@
+"""`LocalClusterDouble`: a stand-in for SlurmHook at the boundary, for the poller and trigger tests.
+
+Job states come from a dict the test sets (no Slurm here; the real-cluster coalescing figures come from the sdiag
+benchmark), while every shell command the poller builds (log tails, offsets files) runs for real in local bash
+against real files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+from npa_airflow.common.states import JobState
+from npa_airflow.slurm.commands import SlurmJobInfo
+from npa_airflow.slurm.hook import CommandResult
+
+NATIVE = {
+    JobState.PENDING: "PENDING",
+    JobState.RUNNING: "RUNNING",
+    JobState.COMPLETE: "COMPLETED",
+    JobState.ERROR: "FAILED",
+    JobState.CANCELED: "CANCELLED",
+}
+
+
+def info(job_id: str, state: JobState, exit_code: int | None = None) -> SlurmJobInfo:
+    return SlurmJobInfo(
+        job_id=job_id,
+        native_state=NATIVE[state],
+        state=state,
+        exit_code=exit_code,
+        signal=None,
+        job_name=f"job-{job_id}",
+        node_list="c1",
+        reason=None,
+        source="sacct",
+    )
+
+
+class LocalClusterDouble:
+    """Test double for SlurmHook: scripted job states, real local bash for every command string."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, JobState] = {}
+        self.state_calls: list[list[str]] = []
+        self.commands: list[str] = []
+        self.fail_states = 0  # next N ajob_states calls raise ConnectionError
+        self.fail_commands = 0
+
+    async def ajob_states(self, job_ids):
+        self.state_calls.append(list(job_ids))
+        if self.fail_states:
+            self.fail_states -= 1
+            raise ConnectionError("connection to 127.0.0.1:2222 lost")
+        return {j: info(j, self.states[j]) for j in job_ids if j in self.states}
+
+    async def arun(self, argv, *, stdin=None, timeout=120, check=True):
+        assert isinstance(argv, str)
+        self.commands.append(argv)
+        if self.fail_commands:
+            self.fail_commands -= 1
+            raise ConnectionError("connection reset")
+        proc = await asyncio.create_subprocess_exec("bash", "-c", argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = await proc.communicate(stdin)
+        return CommandResult(stdout=out, stderr=err, returncode=proc.returncode, host="local")
+
+    async def apath_exists(self, path):
+        return Path(path).exists()
+
+    async def acancel(self, job_id):
+        self.states[job_id] = JobState.CANCELED
