@@ -69,18 +69,13 @@ def build_sacct_states(job_ids: Iterable[str], cluster: str | None = None) -> li
     return [*_sacct_base(cluster), "-j", job_id_list(job_ids)]
 
 
+def _squeue_all_states(cluster: str | None, selector: str) -> list[str]:
+    return ["squeue", "-h", "-t", "all", *cluster_args(cluster), selector, "-o", SQUEUE_FORMAT]
+
+
 def build_squeue_states(job_ids: Iterable[str], cluster: str | None = None) -> list[str]:
     """ONE squeue for many jobs, all states (finished jobs stay visible for MinJobAge)."""
-    return [
-        "squeue",
-        "-h",
-        "-t",
-        "all",
-        *cluster_args(cluster),
-        f"--jobs={job_id_list(job_ids)}",
-        "-o",
-        SQUEUE_FORMAT,
-    ]
+    return _squeue_all_states(cluster, f"--jobs={job_id_list(job_ids)}")
 
 
 def build_find_by_name_sacct(
@@ -93,16 +88,7 @@ def build_find_by_name_sacct(
 
 
 def build_find_by_name_squeue(names: Iterable[str], cluster: str | None = None) -> list[str]:
-    return [
-        "squeue",
-        "-h",
-        "-t",
-        "all",
-        *cluster_args(cluster),
-        f"--name={name_list(names)}",
-        "-o",
-        SQUEUE_FORMAT,
-    ]
+    return _squeue_all_states(cluster, f"--name={name_list(names)}")
 
 
 # ---------------------------------------------------------------------------------------------------------
