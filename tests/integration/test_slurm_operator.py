@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ import pytest
 from npa_airflow.common.naming import job_name_for
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import reset_pollers
+from tests.harness.airflow_tasks import collecting_logger, submit_deferred
 from tests.supervisor_double import install_supervisor, run_for_task_instance
 
 pytestmark = pytest.mark.integration
@@ -164,33 +164,6 @@ def make_operator(**kwargs):
     defaults = dict(task_id="train", partition="cpu", gpus_per_node=0, cpus_per_task=1, time_hours=0.1, poll_interval=2)
     defaults.update(kwargs)
     return SlurmSubmitOperator(**defaults)
-
-
-def submit_deferred(op, ctx):
-    """Run execute() up to the deferral; return the trigger it deferred with."""
-    from airflow.sdk.exceptions import TaskDeferred
-
-    op.render_template_fields(ctx)
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(ctx)
-    return deferred.value.trigger
-
-
-class LineCollector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-def collecting_logger(name: str) -> tuple[logging.Logger, LineCollector]:
-    logger = logging.getLogger(f"npa.itest.{name}")
-    logger.setLevel(logging.INFO)
-    handler = LineCollector()
-    logger.addHandler(handler)
-    return logger, handler
 
 
 async def wait_state(hook: SlurmHook, job_id: str, wanted: set[str], timeout: float = 90) -> str:

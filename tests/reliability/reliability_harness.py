@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
+# Re-exported for the reliability tests, which import their helpers from this module.
+from tests.harness.airflow_tasks import collecting_logger, submit_deferred  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 FIGURES = Path(os.environ.get("NPA_RELIABILITY_FIGURES", REPO / ".artifacts" / "reliability-figures.json"))
@@ -54,34 +55,6 @@ def make_operator(**kwargs: Any) -> Any:
     )
     defaults.update(kwargs)
     return SlurmSubmitOperator(**defaults)
-
-
-def submit_deferred(op: Any, ctx: dict) -> Any:
-    """Run execute() up to its deferral; return the trigger it deferred with."""
-    from airflow.sdk.exceptions import TaskDeferred
-
-    op.render_template_fields(ctx)
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(ctx)
-    return deferred.value.trigger
-
-
-class LineCollector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-def collecting_logger(name: str) -> tuple[logging.Logger, LineCollector]:
-    logger = logging.getLogger(f"npa.reliability.{name}.{uuid.uuid4().hex[:6]}")
-    logger.setLevel(logging.DEBUG)
-    logger.propagate = False
-    handler = LineCollector()
-    logger.addHandler(handler)
-    return logger, handler
 
 
 def sacct_jobs(cluster_ssh: Callable[..., Any], name_prefix: str) -> list[dict[str, str]]:
