@@ -152,19 +152,9 @@ class AdoptOrSubmitMixin:
         self.log.info("Adopting Slurm job %s (%s): %s", ids[0], job.job_name, why)
         return self._handle_of(hook, job, ids[0], try_number=try_number, retry_of=None)
 
-    def _handle_of(
-        self,
-        hook: SlurmHook,
-        job: PreparedJob,
-        job_id: str,
-        *,
-        try_number: int,
-        retry_of: str | None,
-        cluster: str | None = None,
-    ) -> SlurmJobHandle:
-        return handle_for(
-            self.slurm_conn_id, hook.config, job, job_id, try_number=try_number, retry_of=retry_of, cluster=cluster
-        )
+    def _handle_of(self, hook: SlurmHook, job: PreparedJob, job_id: str, **details: Any) -> SlurmJobHandle:
+        """The handle of `job` as `job_id`; `details`: try_number, retry_of and, from sbatch, cluster."""
+        return handle_for(self.slurm_conn_id, hook.config, job, job_id, **details)
 
     @staticmethod
     def _script_file(job: PreparedJob) -> Any:

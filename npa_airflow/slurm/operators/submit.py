@@ -127,15 +127,21 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             command="true",
             log_dir="/npa/parse-check",
             results_dir="/npa/parse-check",
-            nodes=self.nodes,
-            gpus_per_node=self.gpus_per_node,
-            max_gpus_per_node=self.max_gpus_per_node,
-            cpus_per_task=self.cpus_per_task,
-            time_hours=self.time_hours,
-            timeout_hours=self.timeout_hours,
-            max_time_hours=None,
-            requeue=self.requeue,
+            **self._resource_kwargs(),
         )
+
+    def _resource_kwargs(self) -> dict[str, Any]:
+        """The `SbatchSpec` resource fields: plain values, never templated."""
+        return {
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "max_gpus_per_node": self.max_gpus_per_node,
+            "cpus_per_task": self.cpus_per_task,
+            "time_hours": self.time_hours,
+            "timeout_hours": self.timeout_hours,
+            "max_time_hours": None,  # checked against the real partition's MaxTime before submitting
+            "requeue": self.requeue,
+        }
 
     # -- spec and script ---------------------------------------------------------------------------------
 
@@ -159,23 +165,16 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             results_dir=results_dir,
             partition=self.partition or cfg.partition,
             account=self.account or cfg.account,
-            nodes=self.nodes,
-            gpus_per_node=self.gpus_per_node,
-            max_gpus_per_node=self.max_gpus_per_node,
-            cpus_per_task=self.cpus_per_task,
-            time_hours=self.time_hours,
-            timeout_hours=self.timeout_hours,
-            max_time_hours=None,  # checked against the real partition's MaxTime before submitting
             image=self.image,
             container_mounts=tuple(self.container_mounts),
             environment=dict(self.environment) if isinstance(self.environment, Mapping) else self.environment,
             extra_sbatch=tuple(self.extra_sbatch),
-            requeue=self.requeue,
             pre_commands=tuple(self.pre_commands),
             post_commands=tuple(self.post_commands),
             leader_post_commands=tuple(self.leader_post_commands),
             exclude_nodes=tuple(dict.fromkeys([*self.exclude_nodes, *exclude_nodes])),
             env_file=f"{root}/sidecars/{job_name}.env" if self.secret_env else None,
+            **self._resource_kwargs(),
         )
         return spec.bind(config_path=self.config_path, job_id=job_name, results_dir=results_dir)
 

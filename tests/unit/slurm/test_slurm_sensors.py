@@ -9,11 +9,7 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.triggers import make_event_payload
-from tests.harness.slurm_operator_doubles import (
-    context,
-    handle_dict,
-    install_unit_connection,
-)
+from tests.harness.slurm_operator_doubles import context, handle_dict, install_unit_connection
 
 
 @pytest.fixture(autouse=True)

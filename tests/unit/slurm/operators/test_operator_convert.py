@@ -18,9 +18,7 @@ from npa_airflow.slurm.commands import SlurmJobInfo
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.convert_trigger import SqshConvertTrigger
 from npa_airflow.slurm.handle import SlurmJobHandle
-from npa_airflow.slurm.operators import (
-    SlurmSqshConvertOperator,
-)
+from npa_airflow.slurm.operators import SlurmSqshConvertOperator
 from npa_airflow.slurm.poller import PollUpdate, Registration
 from tests.harness.slurm_operator_doubles import CFG_WITH_EXTRAS as CFG
 

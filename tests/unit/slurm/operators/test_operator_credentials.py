@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.operators import (
-    SlurmEnrootCredentialsOperator,
-)
+from npa_airflow.slurm.operators import SlurmEnrootCredentialsOperator
 
 
 def test_credentials_operator_rejects_a_bad_connection_id() -> None:
