@@ -19,7 +19,6 @@ from benchmarks.report import table
 DAG_FACING = (
     "npa_airflow.slurm.operators",
     "npa_airflow.slurm.sensors",
-    "npa_airflow.slurm.containers",
     "npa_airflow.burst.operators",
     "npa_airflow.burst.sensors",
 )

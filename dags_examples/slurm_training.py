@@ -27,12 +27,12 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Param, task
 
-from npa_airflow.slurm.containers import (
+from npa_airflow.slurm.operators import (
     SlurmNcclProbeOperator,
     SlurmPreflightOperator,
     SlurmSqshConvertOperator,
+    SlurmSubmitOperator,
 )
-from npa_airflow.slurm.operators import SlurmSubmitOperator
 
 CONN_ID = "slurm_default"
 NODES = 2

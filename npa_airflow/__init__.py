@@ -116,7 +116,7 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": "Slurm",
-                "python-modules": ["npa_airflow.slurm.operators", "npa_airflow.slurm.containers"],
+                "python-modules": ["npa_airflow.slurm.operators"],
             },
             {"integration-name": "SkyPilot", "python-modules": ["npa_airflow.burst.operators"]},
         ],

@@ -219,7 +219,7 @@ def test_preflight_catches_a_missing_dataset_before_anything_is_written(airflow_
 PROBE_DAG = textwrap.dedent(
     """
     from airflow.sdk import DAG
-    from npa_airflow.slurm.containers import SlurmNcclProbeOperator
+    from npa_airflow.slurm.operators import SlurmNcclProbeOperator
 
     with DAG(dag_id="npa_it_probe_escalation", schedule=None, catchup=False) as dag:
         SlurmNcclProbeOperator(
@@ -267,7 +267,7 @@ def test_probe_hang_escalates_to_the_next_knob_set_and_caches_it(airflow_env, tm
 CREDENTIALS_DAG = textwrap.dedent(
     """
     from airflow.sdk import DAG
-    from npa_airflow.slurm.containers import SlurmEnrootCredentialsOperator, SlurmSqshConvertOperator
+    from npa_airflow.slurm.operators import SlurmEnrootCredentialsOperator, SlurmSqshConvertOperator
 
     with DAG(dag_id="npa_it_enroot_credentials", schedule=None, catchup=False) as dag:
         creds = SlurmEnrootCredentialsOperator(task_id="credentials", registry_conn_id="npa_it_registry")

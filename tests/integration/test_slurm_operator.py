@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -24,6 +23,9 @@ import pytest
 from npa_airflow.common.naming import job_name_for
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import reset_pollers
+from tests.harness.airflow_tasks import collecting_logger, submit_deferred, task_context
+from tests.harness.airflow_tasks import make_submit_operator as make_operator
+from tests.harness.slurm_accounting import accounted_jobs, sacct_jobs
 from tests.supervisor_double import install_supervisor, run_for_task_instance
 
 pytestmark = pytest.mark.integration
@@ -115,82 +117,6 @@ def write_dag(directory: Path, dag_id: str, operator_kwargs: str, default_args: 
         )
     )
     return path
-
-
-def sacct_jobs(cluster_ssh, name_prefix: str) -> list[dict[str, str]]:
-    """Every job (allocation lines only) whose name starts with `name_prefix`."""
-    out = cluster_ssh(
-        "sacct -X -n --parsable2 --starttime=now-2hours -o JobID,JobName,State,NodeList", check=True
-    ).stdout
-    jobs = []
-    for line in out.splitlines():
-        parts = line.split("|")
-        if len(parts) == 4 and parts[1].startswith(name_prefix):
-            jobs.append({"id": parts[0], "name": parts[1], "state": parts[2].split()[0], "nodes": parts[3]})
-    return jobs
-
-
-def accounted_jobs(cluster_ssh, name_prefix: str, timeout: float = 30) -> list[dict[str, str]]:
-    """Like sacct_jobs, but waits out accounting lag until at least one job is recorded."""
-    deadline = time.monotonic() + timeout
-    while True:
-        jobs = sacct_jobs(cluster_ssh, name_prefix)
-        if jobs or time.monotonic() > deadline:
-            return jobs
-        time.sleep(1)
-
-
-class Context(dict):
-    """A task-instance context for driving an operator directly (identity + xcom_push)."""
-
-    def __init__(self, dag_id: str, try_number: int = 1, run_id: str | None = None) -> None:
-        import types
-
-        ti = types.SimpleNamespace(
-            dag_id=dag_id,
-            task_id="train",
-            run_id=run_id or f"manual__{uuid.uuid4().hex[:8]}",
-            map_index=-1,
-            try_number=try_number,
-            pushed={},
-        )
-        ti.xcom_push = lambda key, value: ti.pushed.__setitem__(key, value)
-        super().__init__(ti=ti)
-
-
-def make_operator(**kwargs):
-    from npa_airflow.slurm.operators import SlurmSubmitOperator
-
-    defaults = dict(task_id="train", partition="cpu", gpus_per_node=0, cpus_per_task=1, time_hours=0.1, poll_interval=2)
-    defaults.update(kwargs)
-    return SlurmSubmitOperator(**defaults)
-
-
-def submit_deferred(op, ctx):
-    """Run execute() up to the deferral; return the trigger it deferred with."""
-    from airflow.sdk.exceptions import TaskDeferred
-
-    op.render_template_fields(ctx)
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(ctx)
-    return deferred.value.trigger
-
-
-class LineCollector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-def collecting_logger(name: str) -> tuple[logging.Logger, LineCollector]:
-    logger = logging.getLogger(f"npa.itest.{name}")
-    logger.setLevel(logging.INFO)
-    handler = LineCollector()
-    logger.addHandler(handler)
-    return logger, handler
 
 
 async def wait_state(hook: SlurmHook, job_id: str, wanted: set[str], timeout: float = 90) -> str:
@@ -310,7 +236,7 @@ def test_on_kill_of_the_trigger_cancels_the_job(slurm_cluster, cluster_ssh, monk
     reset_pollers()
     install_supervisor(monkeypatch, "failed")  # the user marked the task failed
     op = make_operator(command="sleep 120")
-    ctx = Context(f"npa_itest_kill_{uuid.uuid4().hex[:6]}")
+    ctx = task_context(f"npa_itest_kill_{uuid.uuid4().hex[:6]}")
     trigger = run_for_task_instance(submit_deferred(op, ctx))
     job_id = trigger.handle["job_id"]
 
@@ -333,7 +259,7 @@ def test_a_trigger_moved_to_another_triggerer_never_cancels_the_job(slurm_cluste
     reset_pollers()
     supervisor = install_supervisor(monkeypatch, "deferred")
     op = make_operator(command="for i in $(seq 1 40); do echo line $i; sleep 0.5; done")
-    ctx = Context(f"npa_itest_move_{uuid.uuid4().hex[:6]}")
+    ctx = task_context(f"npa_itest_move_{uuid.uuid4().hex[:6]}")
     deferred = submit_deferred(op, ctx)
     handle, kwargs = deferred.handle, deferred.serialize()[1]
     first, second = (run_for_task_instance(type(deferred)(**kwargs)) for _ in range(2))
@@ -372,7 +298,7 @@ def test_ambiguous_submission_after_ssh_drop_yields_exactly_one_job(slurm_cluste
 
     monkeypatch.setattr(SlurmHook, "arun", arun_dropping_after_sbatch)
     op = make_operator(command="echo adopted")
-    ctx = Context(f"npa_itest_ambig_{uuid.uuid4().hex[:6]}")
+    ctx = task_context(f"npa_itest_ambig_{uuid.uuid4().hex[:6]}")
     trigger = submit_deferred(op, ctx)
     assert drops, "the drop was not injected"
     jobs = accounted_jobs(cluster_ssh, trigger.handle["job_name"])
@@ -390,9 +316,9 @@ def test_reattach_after_the_worker_is_killed(slurm_cluster, cluster_ssh, tmp_pat
             f"""
             import sys
             sys.path.insert(0, {str(REPO)!r})
-            from tests.integration.test_slurm_operator import Context, make_operator
+            from tests.harness.airflow_tasks import make_submit_operator as make_operator, task_context
             op = make_operator(command="sleep 25; echo finished", deferrable=False)
-            ctx = Context({dag_id!r}, try_number=1, run_id={run_id!r})
+            ctx = task_context({dag_id!r}, try_number=1, run_id={run_id!r})
             op.render_template_fields(ctx)
             op.execute(ctx)
             """
@@ -412,7 +338,7 @@ def test_reattach_after_the_worker_is_killed(slurm_cluster, cluster_ssh, tmp_pat
     (first,) = accounted_jobs(cluster_ssh, first_name)
 
     op = make_operator(command="sleep 25; echo finished")
-    trigger = submit_deferred(op, Context(dag_id, try_number=2, run_id=run_id))
+    trigger = submit_deferred(op, task_context(dag_id, try_number=2, run_id=run_id))
     assert trigger.handle["job_id"] == first["id"]  # reattached: no second job
     assert sacct_jobs(cluster_ssh, job_name_for(dag_id, "train", run_id, -1, 2)) == []
     cluster_ssh(f"scancel {first['id']}")
@@ -420,7 +346,7 @@ def test_reattach_after_the_worker_is_killed(slurm_cluster, cluster_ssh, tmp_pat
 
 def test_logs_stream_in_order_without_duplicates_across_a_trigger_restart(slurm_cluster):
     op = make_operator(command="for i in $(seq 1 40); do echo line-$i; sleep 0.25; done")
-    trigger = submit_deferred(op, Context(f"npa_itest_logs_{uuid.uuid4().hex[:6]}"))
+    trigger = submit_deferred(op, task_context(f"npa_itest_logs_{uuid.uuid4().hex[:6]}"))
     kwargs = trigger.serialize()[1]
 
     async def first_run() -> list[str]:
@@ -461,7 +387,7 @@ def test_triggerer_killed_hard_between_polls_does_not_replay_the_log(slurm_clust
     """SIGKILL semantics: no cleanup() runs. A triggerer spends nearly all its time between polls; killed there,
     the offsets of the lines it already wrote must already be on the cluster, so nothing is logged twice."""
     op = make_operator(command="for i in $(seq 1 40); do echo line-$i; sleep 0.25; done")
-    trigger = submit_deferred(op, Context(f"npa_itest_kill_{uuid.uuid4().hex[:6]}"))
+    trigger = submit_deferred(op, task_context(f"npa_itest_kill_{uuid.uuid4().hex[:6]}"))
     kwargs = trigger.serialize()[1]
 
     async def killed_run() -> list[str]:
@@ -503,7 +429,7 @@ def test_non_deferrable_waits_on_the_worker_through_the_same_poller(slurm_cluste
     op = make_operator(command="echo worker-side-1; sleep 2; echo worker-side-2", deferrable=False)
     logger, collected = collecting_logger("worker")
     monkeypatch.setattr(type(op), "log", property(lambda self: logger))
-    ctx = Context(f"npa_itest_worker_{uuid.uuid4().hex[:6]}")
+    ctx = task_context(f"npa_itest_worker_{uuid.uuid4().hex[:6]}")
     op.render_template_fields(ctx)
     handle = op.execute(ctx)
     assert handle == ctx["ti"].pushed["slurm_job"]
@@ -518,10 +444,10 @@ def test_sensor_waits_for_a_job_submitted_elsewhere(slurm_cluster):
     from npa_airflow.slurm.triggers import SlurmJobTrigger
 
     op = make_operator(command="sleep 3; echo sensed")
-    submitted = submit_deferred(op, Context(f"npa_itest_sensor_{uuid.uuid4().hex[:6]}"))
+    submitted = submit_deferred(op, task_context(f"npa_itest_sensor_{uuid.uuid4().hex[:6]}"))
     sensor = SlurmJobSensor(task_id="wait", job=json.dumps(submitted.handle), poke_interval=2, stream_logs=True)
     with pytest.raises(TaskDeferred) as deferred:
-        sensor.execute(Context("sensor_dag"))
+        sensor.execute(task_context("sensor_dag"))
     trigger = SlurmJobTrigger(**deferred.value.trigger.serialize()[1])
     trigger._log, collected = collecting_logger("sensor")
     reset_pollers()
@@ -530,12 +456,12 @@ def test_sensor_waits_for_a_job_submitted_elsewhere(slurm_cluster):
         return (await asyncio.wait_for(anext(trigger.run()), 120)).payload
 
     payload = asyncio.run(wait())
-    assert sensor.execute_complete(Context("sensor_dag"), payload) == submitted.handle
+    assert sensor.execute_complete(task_context("sensor_dag"), payload) == submitted.handle
     assert "sensed" in collected.lines
 
     # a bare job id works too (state only)
     bare = SlurmJobSensor(task_id="wait_id", job=submitted.handle["job_id"], deferrable=False)
-    assert bare.poke(Context("sensor_dag")) is True
+    assert bare.poke(task_context("sensor_dag")) is True
 
 
 def test_session_secret_reaches_the_job_only_through_the_shredded_sidecar(slurm_cluster, cluster_ssh, monkeypatch):
@@ -549,7 +475,7 @@ def test_session_secret_reaches_the_job_only_through_the_shredded_sidecar(slurm_
     )
     logger, collected = collecting_logger("secret")
     monkeypatch.setattr(type(op), "log", property(lambda self: logger))
-    ctx = Context(f"npa_itest_secret_{uuid.uuid4().hex[:6]}")
+    ctx = task_context(f"npa_itest_secret_{uuid.uuid4().hex[:6]}")
     op.render_template_fields(ctx)
     handle = op.execute(ctx)
 

@@ -108,7 +108,7 @@ def yaml_task(text: str, tmp_dir: str, **overrides: Any) -> Any:
 
 
 def convert_task(image: str) -> Any:
-    from npa_airflow.slurm.containers import SlurmSqshConvertOperator
+    from npa_airflow.slurm.operators import SlurmSqshConvertOperator
 
     op = SlurmSqshConvertOperator(task_id="convert", slurm_conn_id=SLURM_UNREACHABLE, image=image)
     ctx = context("convert")
@@ -126,7 +126,7 @@ def sensor_task(job: Any) -> Any:
 
 
 def preflight_task(**overrides: Any) -> Any:
-    from npa_airflow.slurm.containers import SlurmPreflightOperator
+    from npa_airflow.slurm.operators import SlurmPreflightOperator
 
     op = SlurmPreflightOperator(task_id="preflight", slurm_conn_id=SLURM_UNREACHABLE, **overrides)
     ctx = context("preflight")

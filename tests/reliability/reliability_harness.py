@@ -8,13 +8,16 @@ import json
 import logging
 import os
 import time
-import types
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
+# Re-exported for the reliability tests, which import their helpers from this module.
+from tests.harness.airflow_tasks import collecting_logger, submit_deferred  # noqa: F401
+from tests.harness.airflow_tasks import make_submit_operator as make_operator  # noqa: F401
+from tests.harness.airflow_tasks import task_context as context  # noqa: F401
+from tests.harness.slurm_accounting import sacct_jobs
 
 REPO = Path(__file__).resolve().parents[2]
 FIGURES = Path(os.environ.get("NPA_RELIABILITY_FIGURES", REPO / ".artifacts" / "reliability-figures.json"))
@@ -30,71 +33,6 @@ def record_figures(fault: str, **figures: Any) -> None:
 
 def unique_dag(prefix: str) -> str:
     return f"npa_rel_{prefix}_{uuid.uuid4().hex[:6]}"
-
-
-def context(dag_id: str, try_number: int = 1, run_id: str | None = None, task_id: str = "train") -> dict:
-    pushed: dict[str, Any] = {}
-    ti = types.SimpleNamespace(
-        dag_id=dag_id,
-        task_id=task_id,
-        run_id=run_id or f"manual__{uuid.uuid4().hex[:8]}",
-        map_index=-1,
-        try_number=try_number,
-        pushed=pushed,
-    )
-    ti.xcom_push = lambda key, value: pushed.__setitem__(key, value)
-    return {"ti": ti}
-
-
-def make_operator(**kwargs: Any) -> Any:
-    from npa_airflow.slurm.operators import SlurmSubmitOperator
-
-    defaults: dict[str, Any] = dict(
-        task_id="train", partition="cpu", gpus_per_node=0, cpus_per_task=1, time_hours=0.1, poll_interval=2
-    )
-    defaults.update(kwargs)
-    return SlurmSubmitOperator(**defaults)
-
-
-def submit_deferred(op: Any, ctx: dict) -> Any:
-    """Run execute() up to its deferral; return the trigger it deferred with."""
-    from airflow.sdk.exceptions import TaskDeferred
-
-    op.render_template_fields(ctx)
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(ctx)
-    return deferred.value.trigger
-
-
-class LineCollector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-def collecting_logger(name: str) -> tuple[logging.Logger, LineCollector]:
-    logger = logging.getLogger(f"npa.reliability.{name}.{uuid.uuid4().hex[:6]}")
-    logger.setLevel(logging.DEBUG)
-    logger.propagate = False
-    handler = LineCollector()
-    logger.addHandler(handler)
-    return logger, handler
-
-
-def sacct_jobs(cluster_ssh: Callable[..., Any], name_prefix: str) -> list[dict[str, str]]:
-    """Every job (allocations only) of the last two hours whose name starts with ``name_prefix``."""
-    out = cluster_ssh(
-        "sacct -X -n --parsable2 --starttime=now-2hours -o JobID,JobName,State,NodeList", check=True
-    ).stdout
-    jobs = []
-    for line in out.splitlines():
-        parts = line.split("|")
-        if len(parts) == 4 and parts[1].startswith(name_prefix):
-            jobs.append({"id": parts[0], "name": parts[1], "state": parts[2].split()[0], "nodes": parts[3]})
-    return jobs
 
 
 def squeue_jobs(cluster_ssh: Callable[..., Any], name_prefix: str) -> list[dict[str, str]]:

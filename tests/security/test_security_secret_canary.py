@@ -136,7 +136,7 @@ def test_slurm_pipeline_leaks_neither_hf_token_nor_key_passphrase(slurm_cluster,
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from npa_airflow.slurm.containers import SlurmEnrootCredentialsOperator
+        from npa_airflow.slurm.operators import SlurmEnrootCredentialsOperator
         from npa_airflow.slurm.operators import SlurmSubmitOperator
 
         START = pendulum.datetime(2026, 1, 1)

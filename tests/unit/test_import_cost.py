@@ -18,7 +18,6 @@ DAG_FACING = (
     "npa_airflow",
     "npa_airflow.slurm.operators",
     "npa_airflow.slurm.sensors",
-    "npa_airflow.slurm.containers",
     "npa_airflow.burst.operators",
     "npa_airflow.burst.sensors",
 )

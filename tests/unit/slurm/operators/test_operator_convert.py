@@ -1,4 +1,4 @@
-"""Operator logic of preflight, conversion and probe that needs no cluster.
+"""SlurmSqshConvertOperator and its trigger: target paths, the QOS memory hold.
 
 The QOS cases feed poll results to the real trigger loop and use a recording stand-in for the hook: the local
 cluster does not enforce QOS limits (AccountingStorageEnforce is off), so a job pending on QOSGrpMemLimit
@@ -16,26 +16,11 @@ from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.commands import SlurmJobInfo
 from npa_airflow.slurm.connection import SlurmConnectionConfig
-from npa_airflow.slurm.containers import (
-    SlurmEnrootCredentialsOperator,
-    SlurmNcclProbeOperator,
-    SlurmPreflightOperator,
-    SlurmSqshConvertOperator,
-)
 from npa_airflow.slurm.convert_trigger import SqshConvertTrigger
 from npa_airflow.slurm.handle import SlurmJobHandle
+from npa_airflow.slurm.operators import SlurmSqshConvertOperator
 from npa_airflow.slurm.poller import PollUpdate, Registration
-
-CFG = SlurmConnectionConfig(
-    conn_id="slurm_default",
-    hosts=(("login1", 22),),
-    user="npa",
-    insecure_skip_host_key_check=True,
-    partition="gpu",
-    cpu_partition="cpu_long",
-    results_root="/lustre/results",
-    sqsh_cache_dir="/lustre/sqsh",
-)
+from tests.harness.slurm_operator_doubles import CFG_WITH_EXTRAS as CFG
 
 
 class RecordingHook:
@@ -147,74 +132,3 @@ def test_convert_target_paths() -> None:
     no_cache = SlurmConnectionConfig(conn_id="c", hosts=(("h", 22),), user="u", insecure_skip_host_key_check=True)
     with pytest.raises(NpaValidationError, match="sqsh_cache_dir"):
         SlurmSqshConvertOperator(task_id="c", image="ubuntu:22.04").target_path(no_cache)
-
-
-def test_preflight_request_defaults_from_the_connection() -> None:
-    op = SlurmPreflightOperator(task_id="p", dataset_paths="lustre:///lustre/data", time_hours=4)
-    req = op.build_request(CFG)
-    assert req.writable_dirs == (("results_root", "/lustre/results"), ("sqsh_cache_dir", "/lustre/sqsh"))
-    assert req.partitions == ("gpu", "cpu_long")
-    assert req.dataset_paths == ("lustre:///lustre/data",)
-    assert req.time_minutes == 240
-    assert req.check_pyxis and req.check_enroot
-    bare = SlurmPreflightOperator(task_id="p", containers=False).build_request(CFG)
-    assert bare.writable_dirs == (("results_root", "/lustre/results"),)
-    assert bare.partitions == ("gpu",)
-    assert not bare.check_pyxis and not bare.check_enroot
-    with pytest.raises(NpaValidationError, match="relative"):
-        SlurmPreflightOperator(task_id="p", dataset_paths=["data"]).build_request(CFG)
-
-
-def test_probe_job_names_carry_the_knob_index() -> None:
-    op = SlurmNcclProbeOperator(task_id="probe")
-    ti = SimpleNamespace(dag_id="d", task_id="probe", run_id="r1", map_index=-1, try_number=2)
-    op._knob_index = 1
-    name = op.job_name_for_context({"ti": ti})
-    assert name.endswith("-k1-t2") and name.startswith("npa-d-probe-")
-
-
-def test_probe_gate_returns_no_env_without_touching_the_cluster() -> None:
-    op = SlurmNcclProbeOperator(task_id="probe", nodes=1, gpus_per_node=1)
-    assert op.execute({}) == {}
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "fragment"),
-    [
-        ({"nodes": 0}, "nodes=0"),
-        ({"gpus_per_node": -1}, "gpus_per_node=-1"),
-        ({"knob_sets": []}, "non-empty list"),
-        ({"knob_sets": [{"MASTER_PORT": "1"}]}, "set by the probe itself"),
-    ],
-)
-def test_probe_rejects_bad_arguments_at_parse_time(kwargs: dict, fragment: str) -> None:
-    with pytest.raises(NpaValidationError, match=fragment):
-        SlurmNcclProbeOperator(task_id="probe", **kwargs)
-
-
-def test_credentials_operator_rejects_a_bad_connection_id() -> None:
-    with pytest.raises(NpaValidationError, match="registry_conn_id"):
-        SlurmEnrootCredentialsOperator(task_id="c", registry_conn_id="bad id")
-
-
-def test_operator_defaults_match_the_builders() -> None:
-    from npa_airflow.slurm import containers, enroot, probe
-
-    assert containers.DEFAULT_CONVERT_CPUS == enroot.DEFAULT_CONVERT_CPUS == 4
-    assert containers.DEFAULT_CONVERT_MEM == enroot.DEFAULT_CONVERT_MEM == "7200M"
-    assert containers.MIN_CONVERT_MINUTES == enroot.MIN_CONVERT_MINUTES == 120
-    assert containers.DEFAULT_SOCKET_IFNAME == probe.DEFAULT_SOCKET_IFNAME
-    assert containers.DEFAULT_TIMEOUT_SECONDS == probe.DEFAULT_TIMEOUT_SECONDS == 120
-
-
-def test_importing_the_operators_pulls_in_no_ssh_or_builders() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; import npa_airflow.slurm.containers; "
-        "print(sorted(m for m in ('asyncssh', 'paramiko', 'npa_airflow.slurm.hook', 'npa_airflow.slurm.enroot', "
-        "'npa_airflow.slurm.probe', 'npa_airflow.slurm.images') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"

@@ -1,0 +1,410 @@
+"""Slurm jobs as Airflow tasks: the lifecycle shared by every operator that runs one Slurm job per step.
+
+`SlurmJobOperatorBase` finds the job of an earlier try (reattach or cancel), stages the rendered script and its
+files and submits over one connection, reconciles an ambiguous submission by exact job name, pushes the handle
+to XCom, waits (deferred in the triggerer, or on the worker through the same poller), then turns the outcome
+into success, a program failure (no retry) or an infrastructure failure (retry with the bad nodes excluded).
+
+Subclasses only say what to submit: `prepare_job(job_name, exclude_nodes, env, step)` returns a `PreparedJob`
+and does no I/O; what it needs from outside (the connection, resolved secrets) comes in `env`, read by
+`job_environment`, and local checks of the result (e.g. `bash -n`) run in `check_prepared_job`.
+
+Each step of a task is its own method: `execute` submits and defers to `execute_complete`; a subclass with more
+steps (the NCCL probe's knob sets) defers to its own method with the step's state in the deferral kwargs.
+
+Heavy imports (asyncssh via the hook) happen inside methods: importing this module in a DAG file is cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from airflow.sdk import BaseOperator
+
+from npa_airflow.common.defaults import default_deferrable
+from npa_airflow.common.links import SLURM_TRY_XCOM_KEY, SLURM_XCOM_KEY, SlurmJobLink
+from npa_airflow.common.retry import Backoff, Budget, retry
+from npa_airflow.exceptions import NpaConnectionError, NpaHostKeyError, NpaRemoteError, NpaValidationError
+from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob
+from npa_airflow.slurm.operators.submission import AdoptOrSubmitMixin
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from npa_airflow.slurm.handle import SlurmJobHandle
+    from npa_airflow.slurm.hook import SlurmHook
+
+ON_PREVIOUS_TRY = ("reattach", "cancel")
+DEFAULT_PENDING_ALLOWANCE = timedelta(hours=24)
+OUTAGE_RETRY_SECONDS = 90.0  # cluster calls before submit ride out a short slurmctld/sshd outage
+OUTAGE_BACKOFF = Backoff(base=2.0, cap=15.0, jitter=0.5)
+T = TypeVar("T")
+
+
+def _outage(exc: BaseException) -> bool:
+    """A failure worth waiting out: the cluster did not answer. A host key problem never is."""
+    return isinstance(exc, (NpaRemoteError, NpaConnectionError)) and not isinstance(exc, NpaHostKeyError)
+
+
+class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
+    """Run one Slurm job for this task instance and wait for it; see the module docstring.
+
+    :param slurm_conn_id: the Slurm connection (login hosts, user, key, results root...).
+    :param deferrable: wait in the triggerer (default) or on the worker (`False`).
+    :param poll_interval: seconds between polls while the job runs (the shared poller has a 2 s floor).
+    :param on_previous_try: a live job of an earlier try is adopted ("reattach") or cancelled ("cancel").
+    :param success_marker: for COMPLETED jobs, also require this file (relative to the results dir).
+    :param max_wait: how long after submission to wait before cancelling the job and failing the task
+        (default: the execution timeout, else the wall time plus 24 h of queueing).
+    :param stream_logs: copy the job's stdout/stderr into the task log as it appears.
+    :param cancel_on_kill: scancel the job when the task is killed (mark failed/success, clear).
+    """
+
+    operator_extra_links = (SlurmJobLink(),)
+    overwrite_rtif_after_execution: ClassVar[bool] = True  # the UI shows the script that was submitted
+    ui_color = "#d8e9f7"
+
+    def __init__(
+        self,
+        *,
+        slurm_conn_id: str = "slurm_default",
+        deferrable: bool | None = None,
+        poll_interval: float = 15.0,
+        on_previous_try: str = "reattach",
+        success_marker: str | None = None,
+        max_wait: timedelta | None = None,
+        stream_logs: bool = True,
+        cancel_on_kill: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if on_previous_try not in ON_PREVIOUS_TRY:
+            raise NpaValidationError(
+                f"on_previous_try={on_previous_try!r} must be one of {ON_PREVIOUS_TRY} "
+                "(adopt the earlier try's live job, or cancel it before submitting a new one)"
+            )
+        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
+            raise NpaValidationError(f"poll_interval={poll_interval!r} must be a positive number of seconds")
+        if max_wait is not None and (not isinstance(max_wait, timedelta) or max_wait <= timedelta(0)):
+            raise NpaValidationError(f"max_wait={max_wait!r} must be a positive datetime.timedelta")
+        self.slurm_conn_id = slurm_conn_id
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self.poll_interval = float(poll_interval)
+        self.on_previous_try = on_previous_try
+        self.success_marker = success_marker
+        self.max_wait = max_wait
+        self.stream_logs = stream_logs
+        self.cancel_on_kill = cancel_on_kill
+        self._handle: SlurmJobHandle | None = None
+        self._done = False
+        # How the current step prepares the job of another name (an earlier try's, to reattach to it).
+        self._prepare_named: Callable[[str], PreparedJob] | None = None
+
+    # -- what to run (subclasses) ------------------------------------------------------------------------
+
+    def prepare_job(
+        self, job_name: str, exclude_nodes: Sequence[str], env: JobEnvironment, step: Mapping[str, Any]
+    ) -> PreparedJob:
+        """Render and validate the job for `job_name` (pure; called again with an earlier try's name).
+
+        `step` holds the values of the current step (e.g. the probe's knob index); it is {} for one-step tasks.
+        """
+        raise NotImplementedError
+
+    def job_environment(self, hook: SlurmHook) -> JobEnvironment:
+        """Read what `prepare_job` needs from outside (default: the connection's settings)."""
+        return JobEnvironment(config=hook.config)
+
+    def check_prepared_job(self, job: PreparedJob) -> None:
+        """Local checks of a prepared job that need I/O (e.g. `bash -n`); none by default."""
+
+    def check_on_cluster(self, hook: SlurmHook, job: PreparedJob) -> None:
+        """Read-only checks before anything is written: the partition exists and allows the wall time."""
+        if job.partition is None and job.time_minutes is None:
+            return
+        partitions = self.cluster_read("reading partitions", hook.partitions)
+        name = job.partition or next((p.name for p in partitions.values() if p.default), None)
+        if name is None:
+            return
+        for part in name.split(","):
+            info = partitions.get(part)
+            if info is None:
+                raise NpaValidationError(
+                    f"partition {part!r} does not exist on the cluster of connection {self.slurm_conn_id!r}; "
+                    f"known partitions: {', '.join(sorted(partitions)) or 'none'}"
+                )
+            limit = info.max_time_minutes
+            if limit is not None and job.time_minutes is not None and job.time_minutes > limit:
+                raise NpaValidationError(
+                    f"time_hours asks for {job.time_minutes} min but partition {part!r} allows at most {limit} min "
+                    "(MaxTime); lower time_hours or choose a partition whose MaxTime allows it"
+                )
+
+    # -- identity ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def ti_identity(context: Context) -> tuple[str, str, str, int | None, int]:
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", None)
+        return ti.dag_id, ti.task_id, ti.run_id, map_index, int(ti.try_number or 1)
+
+    def job_name_for_context(self, context: Context) -> str:
+        from npa_airflow.common.naming import job_name_for
+
+        return job_name_for(*self.ti_identity(context))
+
+    def get_hook(self) -> SlurmHook:
+        from npa_airflow.slurm.hook import SlurmHook
+
+        return SlurmHook(self.slurm_conn_id)
+
+    # -- cluster calls that ride out a short outage ---------------------------------------------------------
+
+    def _through_outage(self, what: str, call: Callable[[], T]) -> T:
+        """Retry `call` while the cluster does not answer, with jittered backoff, for OUTAGE_RETRY_SECONDS."""
+        return retry(
+            call,
+            transient=_outage,
+            backoff=OUTAGE_BACKOFF,
+            budget=Budget(seconds=OUTAGE_RETRY_SECONDS),
+            on_retry=lambda exc, delay: self.log.warning("%s failed (%s); retrying in %.0f s", what, exc, delay),
+        )
+
+    def cluster_read(self, what: str, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a read-only hook call through a short outage.
+
+        Nothing has been submitted yet, so waiting out a short outage is better than burning a retry.
+        """
+        return self._through_outage(what, lambda: call(*args, **kwargs))
+
+    def cancel_through_outage(self, hook: SlurmHook, job_id: str, what: str) -> None:
+        """scancel `job_id`, riding out a short outage (scancel of an ended job is not an error)."""
+        self._through_outage(what, lambda: hook.cancel(job_id))
+
+    # -- execute -----------------------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        return self.submit_and_wait(context, self.job_name_for_context(context))
+
+    def submit_and_wait(
+        self,
+        context: Context,
+        job_name: str,
+        *,
+        step: Mapping[str, Any] | None = None,
+        next_method: str = "execute_complete",
+        next_kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`."""
+        hook = self.get_hook()
+        exclude = self._validated_exclusions(context, hook)
+        env = self.job_environment(hook)
+        step = dict(step or {})
+        self._prepare_named = lambda name: self.prepare_job(name, (), env, step)
+        job = self.prepare_job(job_name, exclude, env, step)
+        self.check_prepared_job(job)
+        self._show_submitted(job)
+        self.check_on_cluster(hook, job)
+        handle = self._adopt_or_submit(context, hook, job)
+        self._handle = handle
+        context["ti"].xcom_push(key=SLURM_XCOM_KEY, value=handle.to_dict())
+        context["ti"].xcom_push(key=SLURM_TRY_XCOM_KEY, value=self.ti_identity(context)[4])
+        self.log.info(
+            "Slurm job %s (%s) on %s; stdout %s", handle.job_id, handle.job_name, handle.login_host, handle.stdout_path
+        )
+        trigger = self._trigger(handle, self._deadline(handle, job))
+        if self.deferrable:
+            self.defer(
+                trigger=trigger, method_name=next_method, kwargs=next_kwargs, timeout=self._defer_timeout(trigger)
+            )
+        return getattr(self, next_method)(context, self._wait_here(trigger), **(next_kwargs or {}))
+
+    def _show_submitted(self, job: PreparedJob) -> None:
+        """Hook for subclasses that expose the final script as a template field."""
+
+    def _deadline(self, handle: SlurmJobHandle, job: PreparedJob) -> float:
+        start = handle.submitted_at or time.time()
+        if self.max_wait is not None:
+            return start + self.max_wait.total_seconds()
+        if self.execution_timeout is not None:
+            return start + self.execution_timeout.total_seconds()
+        return start + (job.wall_seconds or 0) + DEFAULT_PENDING_ALLOWANCE.total_seconds()
+
+    @staticmethod
+    def _defer_timeout(trigger: Any) -> timedelta | None:
+        # Airflow's own deferral timeout would drop the trigger without cancelling the job: keep it well
+        # behind the trigger's deadline, which fires an event the operator turns into a cancel.
+        if trigger.deadline is None:
+            return None
+        return timedelta(seconds=max(0.0, trigger.deadline - time.time()) + 600)
+
+    def _trigger_kwargs(self, handle: SlurmJobHandle, deadline: float | None) -> dict[str, Any]:
+        return {
+            "handle": handle.to_dict(),
+            "conn_id": self.slurm_conn_id,
+            "poll_interval": self.poll_interval,
+            "deadline": deadline,
+            "require_marker": self.success_marker,
+            "stream_logs": self.stream_logs,
+            "cancel_on_kill": self.cancel_on_kill,
+        }
+
+    def _trigger(self, handle: SlurmJobHandle, deadline: float | None) -> Any:
+        from npa_airflow.slurm.triggers import SlurmJobTrigger
+
+        return SlurmJobTrigger(**self._trigger_kwargs(handle, deadline))
+
+    def _wait_here(self, trigger: Any) -> dict[str, Any]:
+        """Non-deferrable: run the same trigger (and shared poller) on this worker until its event."""
+        trigger._log = self.log  # the job's output goes to this task's log
+
+        async def first_event() -> Any:
+            gen = trigger.run()
+            try:
+                return await anext(gen)
+            finally:
+                await gen.aclose()
+
+        return asyncio.run(first_event()).payload
+
+    # -- bad nodes carried from an infrastructure failure to the next try (see bad_nodes.py) ---------------
+
+    def _validated_exclusions(self, context: Context, hook: SlurmHook) -> list[str]:
+        from npa_airflow.slurm.operators.bad_nodes import carried_bad_nodes
+
+        carried = carried_bad_nodes(context, self.log)
+        if not carried:
+            return []
+        nodes = self.cluster_read("reading nodes", hook.nodes)
+        valid = [n for n in carried if n in nodes]
+        dropped = sorted(set(carried) - set(valid))
+        if dropped:
+            self.log.warning("Not excluding %s: no such node in `scontrol show nodes`", ", ".join(dropped))
+        if valid:
+            self.log.info("Excluding node(s) %s that failed an earlier try", ", ".join(valid))
+        return valid
+
+    def _record_bad_nodes(self, context: Context, hook: SlurmHook, bad_nodes: Sequence[str]) -> list[str]:
+        from npa_airflow.slurm.failures import validate_exclusions
+        from npa_airflow.slurm.operators.bad_nodes import remember_bad_nodes
+
+        if not bad_nodes:
+            return []
+        try:
+            known = hook.nodes()
+        except Exception as exc:
+            self.log.warning("Could not validate bad nodes against scontrol (%s); not excluding them", exc)
+            return []
+        valid = sorted(validate_exclusions(bad_nodes, known))
+        if not valid or not remember_bad_nodes(context, valid, self.log):
+            return []
+        return valid
+
+    # -- completion --------------------------------------------------------------------------------------
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        """The job of `execute` ended (or its wait did): succeed, fail, or fail for a retry."""
+        return self.complete_job(context, event, own_job_name=self.job_name_for_context(context))
+
+    def complete_job(self, context: Context, event: dict[str, Any] | None, *, own_job_name: str) -> Any:
+        """Turn the wait's event into the task's outcome; `own_job_name` is the job this step itself submits."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from npa_airflow.slurm.operators.bad_nodes import forget_bad_nodes
+
+        handle, status = self._accept_event(event)
+        job = f"Slurm job {handle.job_id} ({handle.job_name})"
+        if status == "success":
+            self._done = True
+            forget_bad_nodes(context, self.log)
+            self.log.info("%s completed", job)
+            return handle.to_dict()
+        hook = self.get_hook()
+        if status == "deadline":
+            self._cancel_job(hook, handle, "its deadline passed")
+            self._done = True
+            raise AirflowException(
+                f"{job} did not finish before its deadline (max_wait / execution_timeout); it was cancelled"
+            )
+        if status == "canceled" and handle.job_name != own_job_name:
+            # This try had reattached to an earlier try's job, and that job was cancelled: the user cleared the
+            # earlier try (its trigger's on_kill cancels). A clear means "run again".
+            self.log.warning("%s of an earlier try was cancelled (task cleared); submitting a new job", job)
+            return self.restart_after_clear(context)
+        self._done = True
+        if status == "canceled":
+            raise AirflowFailException(f"{job} was cancelled outside Airflow ({event.get('native_state')})")
+        tail = self._log_tail(hook, handle) or event.get("log_tail") or ""
+        if status == "marker_missing":
+            raise AirflowFailException(f"{event['message']}\n--- last lines of the job's output ---\n{tail}")
+        return self._fail_for_failed_job(context, hook, event, job, tail)
+
+    def restart_after_clear(self, context: Context) -> Any:
+        """Run this try from its first step again, as if it had just started (its own job, not an adopted one)."""
+        return self.execute(context)
+
+    def _accept_event(self, event: Any) -> tuple[SlurmJobHandle, str]:
+        from airflow.sdk.exceptions import AirflowException
+
+        from npa_airflow.slurm.handle import SlurmJobHandle
+        from npa_airflow.slurm.triggers import validate_event
+
+        try:
+            event = validate_event(event)
+        except ValueError as exc:
+            raise AirflowException(f"Slurm wait ended with an unusable event: {exc}") from exc
+        self._handle = SlurmJobHandle.from_dict(event["handle"])
+        return self._handle, event["status"]
+
+    def _fail_for_failed_job(
+        self, context: Context, hook: SlurmHook, event: dict[str, Any], job: str, tail: str
+    ) -> Any:
+        """A FAILED job: an infrastructure failure is retried without the bad nodes; a program failure is not."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from npa_airflow.slurm.operators.outcome import classify_failure
+
+        verdict = classify_failure(event, tail)
+        if verdict.kind == "infra":
+            excluded = self._record_bad_nodes(context, hook, verdict.bad_nodes)
+            where = f"; the next try excludes {', '.join(excluded)}" if excluded else ""
+            raise AirflowException(
+                f"{job} failed for an infrastructure reason ({verdict.evidence}){where}. "
+                f"--- last lines of the job's output ---\n{tail}"
+            )
+        raise AirflowFailException(
+            f"{event['message']}: a program failure, not retried.\n--- last lines of the job's output ---\n{tail}"
+        )
+
+    def _log_tail(self, hook: SlurmHook, handle: SlurmJobHandle) -> str:
+        from npa_airflow.slurm.operators.outcome import read_log_tail
+
+        try:
+            return read_log_tail(hook, handle)
+        except Exception as exc:
+            self.log.warning("Could not read the end of the job's log: %s", exc)
+            return ""
+
+    # -- cancel ------------------------------------------------------------------------------------------
+
+    def _cancel_job(self, hook: SlurmHook, handle: SlurmJobHandle, why: str, *, through_outage: bool = True) -> None:
+        """scancel the job, logging (not raising) a failure; `through_outage=False` makes one attempt."""
+        try:
+            if through_outage:
+                self.cancel_through_outage(hook, handle.job_id, "cancelling")
+            else:
+                hook.cancel(handle.job_id)
+            self.log.info("Cancelled Slurm job %s (%s)", handle.job_id, why)
+        except Exception as exc:
+            self.log.error("Could not cancel Slurm job %s (%s): %s", handle.job_id, why, exc)
+
+    def on_kill(self) -> None:
+        """The worker is killing the task (non-deferrable wait, or between submit and defer): scancel."""
+        if self._handle is None or self._done or not self.cancel_on_kill:
+            return
+        # The worker is being stopped: one attempt, no waiting out an outage.
+        self._cancel_job(self.get_hook(), self._handle, "the task was killed", through_outage=False)

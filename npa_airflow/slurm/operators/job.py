@@ -1,0 +1,92 @@
+"""What one Slurm job of a task is made of, built without I/O: the prepared job, what preparing it needs from
+outside the operator, and the handle that names the submitted job."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from npa_airflow.exceptions import NpaValidationError
+
+if TYPE_CHECKING:
+    from npa_airflow.slurm.connection import SlurmConnectionConfig
+    from npa_airflow.slurm.handle import SlurmJobHandle
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """Everything needed to stage and submit one job; built without I/O."""
+
+    job_name: str
+    script: str  # the exact sbatch script that is submitted
+    script_path: str
+    results_dir: str
+    stdout_path: str
+    stderr_path: str
+    mkdirs: tuple[str, ...] = ()
+    required_paths: tuple[str, ...] = ()
+    files: tuple[Any, ...] = ()  # staging.StagedFile: extra files (e.g. the mode-600 credentials sidecar)
+    sbatch_args: tuple[str, ...] = ()
+    wall_seconds: float | None = None
+    partition: str | None = None  # checked against the cluster's partitions (exists, MaxTime)
+    time_minutes: int | None = None
+    secret_values: tuple[str, ...] = field(default=(), repr=False)  # must never appear in the script
+
+
+@dataclass(frozen=True)
+class JobEnvironment:
+    """What `prepare_job` needs from outside the operator, read by its caller (connection, resolved secrets)."""
+
+    config: SlurmConnectionConfig
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+def results_root_for(cfg: SlurmConnectionConfig, override: str | None, conn_id: str) -> str:
+    """The results root on shared storage: the operator's, else the connection's; absolute, no trailing slash."""
+    from npa_airflow.slurm.spec import normalize_storage_path
+
+    root = override or cfg.results_root
+    if not root:
+        raise NpaValidationError(
+            f"results_root is not set and connection {conn_id!r} has no results_root extra: set one of them to an "
+            "absolute path on the cluster's shared storage"
+        )
+    return normalize_storage_path(root, "results_root").rstrip("/")
+
+
+def handle_for(
+    conn_id: str,
+    cfg: SlurmConnectionConfig,
+    job: PreparedJob,
+    job_id: str,
+    *,
+    try_number: int,
+    retry_of: str | None,
+    cluster: str | None = None,
+) -> SlurmJobHandle:
+    """The handle of `job` submitted as `job_id` by try `try_number` (log paths with %j/%x resolved)."""
+    from npa_airflow.slurm.handle import SlurmJobHandle
+
+    host, port = cfg.hosts[0]
+    return SlurmJobHandle(
+        conn_id=conn_id,
+        cluster=cluster or cfg.cluster_name,
+        job_id=str(job_id),
+        job_name=job.job_name,
+        login_host=f"{host}:{port}",
+        results_dir=job.results_dir,
+        stdout_path=job.stdout_path.replace("%j", str(job_id)).replace("%x", job.job_name),
+        stderr_path=job.stderr_path.replace("%j", str(job_id)).replace("%x", job.job_name),
+        try_number=try_number,
+        retry_of=retry_of,
+        submitted_at=time.time(),
+    )
+
+
+def fail_task(message: str) -> Exception:
+    """An error that fails the task without a retry (retrying cannot help)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    return AirflowFailException(message)

@@ -1,0 +1,163 @@
+"""Getting exactly one job for a step: adopt this try's or an earlier try's job, or submit a new one, and
+reconcile an ambiguous submission by exact job name. Mixed into `SlurmJobOperatorBase`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from npa_airflow.common.retry import pause
+from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
+from npa_airflow.slurm.operators.job import PreparedJob, handle_for
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from npa_airflow.slurm.commands import SlurmJobInfo
+    from npa_airflow.slurm.handle import SlurmJobHandle
+    from npa_airflow.slurm.hook import SlurmHook
+
+RECONCILE_WINDOW_SECONDS = 45.0  # sacct can lag a few seconds behind sbatch
+RECONCILE_POLL_SECONDS = 3.0
+
+
+class AdoptOrSubmitMixin:
+    """The submission half of the job lifecycle (the operator supplies the attributes declared here)."""
+
+    log: logging.Logger
+    slurm_conn_id: str
+    on_previous_try: str
+    _prepare_named: Callable[[str], PreparedJob] | None
+    ti_identity: Callable[[Context], tuple[str, str, str, int | None, int]]
+    cluster_read: Callable[..., Any]
+    cancel_through_outage: Callable[[SlurmHook, str, str], None]
+
+    def _adopt_or_submit(self, context: Context, hook: SlurmHook, job: PreparedJob) -> SlurmJobHandle:
+        from npa_airflow.common.naming import earlier_try_names
+
+        dag_id, task_id, run_id, map_index, try_number = self.ti_identity(context)
+        earlier = earlier_try_names(dag_id, task_id, run_id, map_index, try_number)
+        # Try number of each name asked for: tries 1..try_number-1, then this one.
+        try_of = {name: t for t, name in enumerate([*earlier, job.job_name], start=1)}
+        found = self.cluster_read("looking up earlier tries", hook.find_jobs_by_name, list(try_of))
+
+        mine = [j for j in found if j.job_name == job.job_name]
+        if mine:  # this very try already submitted (the worker died after sbatch and came back)
+            return self._adopt_single(
+                hook, job, mine, try_number, "this try's job, submitted before the worker restarted"
+            )
+
+        def by_try(j: SlurmJobInfo) -> int:
+            return try_of.get(j.job_name or "", 1)
+
+        live = sorted((j for j in found if not j.state.is_terminal), key=by_try)
+        if live and self.on_previous_try == "reattach":
+            return self._reattach(hook, job, live, by_try)
+        if live and job.required_paths:  # never cancel a running job for a submission that cannot happen
+            self._require_inputs(hook, job, live[-1])
+        for j in live:
+            self.log.info(
+                "Cancelling Slurm job %s (%s) of an earlier try (on_previous_try='cancel')", j.job_id, j.job_name
+            )
+            self.cancel_through_outage(hook, j.job_id, "cancelling an earlier try")
+
+        previous = sorted(found, key=by_try)
+        retry_of = previous[-1].job_id if previous else None
+        return self._submit(hook, job, try_number, retry_of)
+
+    def _reattach(
+        self, hook: SlurmHook, job: PreparedJob, live: list[SlurmJobInfo], try_of: Callable[[SlurmJobInfo], int]
+    ) -> SlurmJobHandle:
+        """Adopt the newest live job of an earlier try; cancel any older live duplicates."""
+        keep = live[-1]
+        for extra in live[:-1]:
+            self.log.warning("Cancelling duplicate live job %s (%s) of an earlier try", extra.job_id, extra.job_name)
+            self.cancel_through_outage(hook, extra.job_id, "cancelling a duplicate")
+        self.log.info(
+            "Reattaching to Slurm job %s (%s) of an earlier try instead of submitting a new one",
+            keep.job_id,
+            keep.job_name,
+        )
+        name = keep.job_name or job.job_name
+        old = self._prepare_named(name) if self._prepare_named is not None else job
+        return self._handle_of(hook, old, keep.job_id, try_number=try_of(keep), retry_of=None)
+
+    def _require_inputs(self, hook: SlurmHook, job: PreparedJob, running: SlurmJobInfo) -> None:
+        exists = self.cluster_read("checking inputs", hook.paths_exist, list(job.required_paths))
+        missing = [p for p, ok in exists.items() if not ok]
+        if missing:
+            raise NpaValidationError(
+                f"required inputs do not exist on the cluster: {', '.join(missing)}; the earlier try's job "
+                f"{running.job_id} was left running. Stage the data on shared storage first."
+            )
+
+    def _submit(self, hook: SlurmHook, job: PreparedJob, try_number: int, retry_of: str | None) -> SlurmJobHandle:
+        for attempt in (1, 2):
+            try:
+                result = hook.stage_and_submit(
+                    [*job.files, self._script_file(job)],
+                    job.script_path,
+                    sbatch_args=list(job.sbatch_args),
+                    required_paths=list(job.required_paths),
+                    mkdirs=list(job.mkdirs),
+                )
+            except NpaAmbiguousSubmission as exc:
+                self.log.warning("Submission of %s is ambiguous (%s); reconciling by job name", job.job_name, exc)
+                adopted = self._reconcile(hook, job, try_number)
+                if adopted is not None:
+                    return adopted
+                if attempt == 2:
+                    raise
+                self.log.warning("No job named %s appeared; submitting again", job.job_name)
+                continue
+            self.log.info("Submitted %s as Slurm job %s", job.job_name, result.job_id)
+            return self._handle_of(
+                hook, job, result.job_id, try_number=try_number, retry_of=retry_of, cluster=result.cluster
+            )
+        raise AssertionError("unreachable")
+
+    def _reconcile(self, hook: SlurmHook, job: PreparedJob, try_number: int) -> SlurmJobHandle | None:
+        """After an ambiguous sbatch: adopt the one job with this name, fail on several, None if none."""
+        deadline = time.monotonic() + RECONCILE_WINDOW_SECONDS
+        while True:
+            try:
+                found = [j for j in hook.find_jobs_by_name([job.job_name]) if j.job_name == job.job_name]
+            except Exception as exc:  # the cluster may still be unreachable: keep trying within the window
+                self.log.warning("Looking up %s failed (%s); retrying", job.job_name, exc)
+                found = None
+            if found:
+                return self._adopt_single(hook, job, found, try_number, "found by name after an ambiguous submission")
+            if time.monotonic() >= deadline:
+                if found is None:
+                    raise NpaAmbiguousSubmission(
+                        f"could not tell whether {job.job_name} was submitted: the cluster did not answer for "
+                        f"{RECONCILE_WINDOW_SECONDS:.0f} s. Check `squeue --name={job.job_name}` before retrying."
+                    )
+                return None
+            pause(RECONCILE_POLL_SECONDS)  # a polling interval, not a backoff: sacct catches up with sbatch
+
+    def _adopt_single(
+        self, hook: SlurmHook, job: PreparedJob, matches: list[SlurmJobInfo], try_number: int, why: str
+    ) -> SlurmJobHandle:
+        ids = sorted({m.job_id for m in matches})
+        if len(ids) > 1:
+            for job_id in ids:
+                self.cancel_through_outage(hook, job_id, "cancelling a duplicate")
+            raise NpaAmbiguousSubmission(
+                f"{len(ids)} Slurm jobs are named {job.job_name} ({', '.join(ids)}); all were cancelled so no "
+                "duplicate keeps running. Retry the task to submit exactly one."
+            )
+        self.log.info("Adopting Slurm job %s (%s): %s", ids[0], job.job_name, why)
+        return self._handle_of(hook, job, ids[0], try_number=try_number, retry_of=None)
+
+    def _handle_of(self, hook: SlurmHook, job: PreparedJob, job_id: str, **details: Any) -> SlurmJobHandle:
+        """The handle of `job` as `job_id`; `details`: try_number, retry_of and, from sbatch, cluster."""
+        return handle_for(self.slurm_conn_id, hook.config, job, job_id, **details)
+
+    @staticmethod
+    def _script_file(job: PreparedJob) -> Any:
+        from npa_airflow.slurm.staging import StagedFile
+
+        return StagedFile(job.script_path, job.script.encode("utf-8"), 0o700)

@@ -1,0 +1,241 @@
+"""`SlurmSubmitOperator`: one sbatch job rendered from the seed's templates (an `SbatchSpec`), waited on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
+from npa_airflow.slurm.operators.credentials import validate_secret_env
+from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, results_root_for
+
+if TYPE_CHECKING:
+    import jinja2
+    from airflow.sdk import Context
+
+    from npa_airflow.slurm.connection import SlurmConnectionConfig
+    from npa_airflow.slurm.hook import SlurmHook
+
+
+class SlurmSubmitOperator(SlurmJobOperatorBase):
+    """Submit one sbatch job rendered from the seed's templates and wait for it (deferrable).
+
+    Resources and commands mirror `SbatchSpec` (see its docstring for defaults and limits). `results_root`
+    and `partition`/`account` default to the connection's. Each try gets its own results directory
+    `<results_root>/<job name>`; `{results_dir}`, `{job_id}` (the job name: this try's record id) and
+    `{config_path}` are bound in commands and environment.
+
+    :param inputs: datasets/files the job reads (`lustre:///abs/path` or absolute shared paths); each is
+        checked with `test -e` on the cluster before anything is written.
+    :param secret_env: {ENV_NAME: "var:VARIABLE" | "conn:CONN_ID[:field]"}: session credentials written to
+        a mode-600 sidecar the job sources and shreds; never in the script, logs, XCom or template fields.
+    :param exclude_nodes: nodes never to use (bad nodes from infrastructure failures are added per try).
+    :param success_marker: the template writes `status.json` into the results dir only when every task
+        succeeded; a COMPLETED job without it fails the task. `None` trusts the Slurm state alone.
+
+    The rendered script is the template field `sbatch_script` ("Rendered Template" in the UI).
+    `command` and the other text fields are Jinja templates: bash's `${#VAR}` opens a Jinja comment, so
+    write `{{ '${#VAR}' }}` (or avoid it).
+    """
+
+    template_fields: Sequence[str] = (
+        "command",
+        "environment",
+        "partition",
+        "account",
+        "image",
+        "container_mounts",
+        "extra_sbatch",
+        "pre_commands",
+        "post_commands",
+        "leader_post_commands",
+        "inputs",
+        "results_root",
+        "log_dir",
+        "config_path",
+        "sbatch_script",
+    )
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        "sbatch_script": "bash",
+        "command": "bash",
+        "environment": "json",
+    }
+
+    def __init__(
+        self,
+        *,
+        command: str,
+        nodes: int = 1,
+        gpus_per_node: int = 4,
+        cpus_per_task: int = 16,
+        time_hours: float = 4.0,
+        timeout_hours: float | None = None,
+        max_gpus_per_node: int = 8,
+        partition: str | None = None,
+        account: str | None = None,
+        image: str | None = None,
+        container_mounts: Sequence[str] = (),
+        environment: Mapping[str, str] | None = None,
+        extra_sbatch: Sequence[str] = (),
+        requeue: bool = True,
+        pre_commands: Sequence[str] = (),
+        post_commands: Sequence[str] = (),
+        leader_post_commands: Sequence[str] = (),
+        inputs: Sequence[str] = (),
+        results_root: str | None = None,
+        log_dir: str | None = None,
+        config_path: str | None = None,
+        secret_env: Mapping[str, str] | None = None,
+        exclude_nodes: Sequence[str] = (),
+        success_marker: str | None = "status.json",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(success_marker=success_marker, **kwargs)
+        self.command = command
+        self.nodes = nodes
+        self.gpus_per_node = gpus_per_node
+        self.cpus_per_task = cpus_per_task
+        self.time_hours = time_hours
+        self.timeout_hours = timeout_hours
+        self.max_gpus_per_node = max_gpus_per_node
+        self.partition = partition
+        self.account = account
+        self.image = image
+        self.container_mounts = list(container_mounts)
+        # May be an XComArg (e.g. the NCCL probe's output): resolved when the template fields render.
+        self.environment = environment if environment is not None else {}
+        self.extra_sbatch = list(extra_sbatch)
+        self.requeue = requeue
+        self.pre_commands = list(pre_commands)
+        self.post_commands = list(post_commands)
+        self.leader_post_commands = list(leader_post_commands)
+        self.inputs = list(inputs) if not isinstance(inputs, str) else [inputs]
+        self.results_root = results_root
+        self.log_dir = log_dir
+        self.config_path = config_path
+        self.secret_env = validate_secret_env(secret_env)
+        self.exclude_nodes = list(exclude_nodes)
+        self.sbatch_script = ""  # filled by render_template_fields: exactly what is submitted
+        self._check_resources()
+
+    def _check_resources(self) -> None:
+        """Fail at DAG parse time for resource values (they are not templated)."""
+        from npa_airflow.slurm.spec import SbatchSpec
+
+        SbatchSpec(
+            job_name="npa-parse-check-t1",
+            command="true",
+            log_dir="/npa/parse-check",
+            results_dir="/npa/parse-check",
+            **self._resource_kwargs(),
+        )
+
+    def _resource_kwargs(self) -> dict[str, Any]:
+        """The `SbatchSpec` resource fields: plain values, never templated."""
+        return {
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "max_gpus_per_node": self.max_gpus_per_node,
+            "cpus_per_task": self.cpus_per_task,
+            "time_hours": self.time_hours,
+            "timeout_hours": self.timeout_hours,
+            "max_time_hours": None,  # checked against the real partition's MaxTime before submitting
+            "requeue": self.requeue,
+        }
+
+    # -- spec and script ---------------------------------------------------------------------------------
+
+    def _connection_config(self) -> SlurmConnectionConfig:
+        from airflow.sdk import BaseHook
+
+        from npa_airflow.slurm.connection import SlurmConnectionConfig
+
+        return SlurmConnectionConfig.from_connection(BaseHook.get_connection(self.slurm_conn_id))
+
+    def build_spec(self, cfg: SlurmConnectionConfig, job_name: str, exclude_nodes: Sequence[str] = ()) -> Any:
+        """The bound `SbatchSpec` of `job_name` under the connection settings `cfg` (no I/O)."""
+        from npa_airflow.slurm.spec import SbatchSpec
+
+        root = results_root_for(cfg, self.results_root, self.slurm_conn_id)
+        results_dir = f"{root}/{job_name}"
+        spec = SbatchSpec(
+            job_name=job_name,
+            command=self.command,
+            log_dir=self.log_dir or f"{root}/slurm-logs",
+            results_dir=results_dir,
+            partition=self.partition or cfg.partition,
+            account=self.account or cfg.account,
+            image=self.image,
+            container_mounts=tuple(self.container_mounts),
+            environment=dict(self.environment) if isinstance(self.environment, Mapping) else self.environment,
+            extra_sbatch=tuple(self.extra_sbatch),
+            pre_commands=tuple(self.pre_commands),
+            post_commands=tuple(self.post_commands),
+            leader_post_commands=tuple(self.leader_post_commands),
+            exclude_nodes=tuple(dict.fromkeys([*self.exclude_nodes, *exclude_nodes])),
+            env_file=f"{root}/sidecars/{job_name}.env" if self.secret_env else None,
+            **self._resource_kwargs(),
+        )
+        return spec.bind(config_path=self.config_path, job_id=job_name, results_dir=results_dir)
+
+    def required_inputs(self) -> list[str]:
+        from npa_airflow.slurm.spec import normalize_storage_path
+
+        return [normalize_storage_path(p, f"inputs[{i}]") for i, p in enumerate(self.inputs)]
+
+    def render_template_fields(self, context: Context, jinja_env: jinja2.Environment | None = None) -> None:
+        super().render_template_fields(context, jinja_env)
+        from npa_airflow.slurm.scripts import render_sbatch
+
+        self.required_inputs()  # reject local/file:// inputs before the task does anything else
+        spec = self.build_spec(self._connection_config(), self.job_name_for_context(context))
+        self.sbatch_script = render_sbatch(spec)
+
+    def job_environment(self, hook: SlurmHook) -> JobEnvironment:
+        """The connection (read directly, as for rendering) and the resolved `secret_env` values."""
+        from npa_airflow.slurm.operators.credentials import resolve_secret_env
+
+        secrets = resolve_secret_env(self.secret_env) if self.secret_env else {}
+        return JobEnvironment(config=self._connection_config(), secrets=secrets)
+
+    def prepare_job(
+        self, job_name: str, exclude_nodes: Sequence[str], env: JobEnvironment, step: Mapping[str, Any]
+    ) -> PreparedJob:
+        import shlex
+
+        from npa_airflow.slurm.scripts import assert_script_clean, render_sbatch
+        from npa_airflow.slurm.staging import StagedFile
+
+        spec = self.build_spec(env.config, job_name, exclude_nodes)
+        script = render_sbatch(spec)
+        secrets = dict(env.secrets)
+        assert_script_clean(script, secrets.values())
+        files: list[Any] = []
+        if secrets and spec.env_file:
+            body = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items()))
+            files.append(StagedFile(spec.env_file, body.encode("utf-8"), 0o600))
+        root = spec.results_dir.rsplit("/", 1)[0]
+        return PreparedJob(
+            job_name=job_name,
+            script=script,
+            script_path=f"{root}/sbatch/{job_name}.sbatch",
+            results_dir=spec.results_dir,
+            stdout_path=spec.stdout_path,
+            stderr_path=spec.stderr_path,
+            mkdirs=(*spec.log_dirs, spec.results_dir),
+            required_paths=tuple(self.required_inputs()),
+            files=tuple(files),
+            wall_seconds=spec.time_minutes * 60,
+            partition=spec.partition,
+            time_minutes=spec.time_minutes,
+            secret_values=tuple(secrets.values()),
+        )
+
+    def check_prepared_job(self, job: PreparedJob) -> None:
+        """`bash -n` on the rendered script: a syntax error fails here, not after queueing."""
+        from npa_airflow.slurm.scripts import bash_syntax_check
+
+        bash_syntax_check(job.script)
+
+    def _show_submitted(self, job: PreparedJob) -> None:
+        self.sbatch_script = job.script

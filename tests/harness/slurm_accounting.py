@@ -1,0 +1,30 @@
+"""What the cluster's own accounting says about jobs, read over the test SSH helper (`cluster_ssh`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def sacct_jobs(cluster_ssh: Callable[..., Any], name_prefix: str) -> list[dict[str, str]]:
+    """Every job (allocations only) of the last two hours whose name starts with ``name_prefix``."""
+    out = cluster_ssh(
+        "sacct -X -n --parsable2 --starttime=now-2hours -o JobID,JobName,State,NodeList", check=True
+    ).stdout
+    jobs = []
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) == 4 and parts[1].startswith(name_prefix):
+            jobs.append({"id": parts[0], "name": parts[1], "state": parts[2].split()[0], "nodes": parts[3]})
+    return jobs
+
+
+def accounted_jobs(cluster_ssh: Callable[..., Any], name_prefix: str, timeout: float = 30) -> list[dict[str, str]]:
+    """Like sacct_jobs, but waits out accounting lag until at least one job is recorded."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = sacct_jobs(cluster_ssh, name_prefix)
+        if jobs or time.monotonic() > deadline:
+            return jobs
+        time.sleep(1)

@@ -1,0 +1,181 @@
+"""Test doubles for the Slurm job operators: a recording stand-in for SlurmHook (sync facade), a task
+instance context (optionally with a task state store), and the connection the unit tests use."""
+
+from __future__ import annotations
+
+import json
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from npa_airflow.common.naming import job_name_for
+from npa_airflow.common.states import JobState
+from npa_airflow.slurm.commands import LogChunk, PartitionInfo, SlurmJobInfo
+from npa_airflow.slurm.connection import SlurmConnectionConfig
+from npa_airflow.slurm.operators import SlurmSubmitOperator
+from npa_airflow.slurm.triggers import SlurmJobTrigger
+
+CONN = {
+    "conn_type": "slurm",
+    "host": "127.0.0.1",
+    "port": 2222,
+    "login": "npa",
+    "extra": {"results_root": "/shared/results", "partition": "cpu", "insecure_skip_host_key_check": True},
+}
+
+
+def job(job_id: str, name: str, state: JobState, native: str | None = None, **kw) -> SlurmJobInfo:
+    return SlurmJobInfo(
+        job_id=job_id,
+        native_state=native or state.value,
+        state=state,
+        exit_code=kw.get("exit_code"),
+        signal=None,
+        job_name=name,
+        node_list=kw.get("node_list", "c1"),
+        reason=None,
+        source="sacct",
+    )
+
+
+@dataclass
+class HookDouble:
+    """Test double for SlurmHook (sync facade)."""
+
+    existing: list[SlurmJobInfo] = field(default_factory=list)
+    submit_outcomes: list[object] = field(default_factory=list)  # SubmitResult or an exception to raise
+    appear_after_ambiguous: list[SlurmJobInfo] = field(default_factory=list)
+    calls: list[tuple] = field(default_factory=list)
+    config: SlurmConnectionConfig = field(
+        default_factory=lambda: SlurmConnectionConfig(conn_id="slurm_unit", hosts=(("127.0.0.1", 2222),), user="npa")
+    )
+
+    def find_jobs_by_name(self, names):
+        self.calls.append(("find", tuple(names)))
+        return [j for j in self.existing if j.job_name in names]
+
+    def cancel(self, job_id):
+        self.calls.append(("cancel", job_id))
+
+    def stage_and_submit(self, files, script_path, **kwargs):
+        self.calls.append(("submit", script_path, tuple(f.path for f in files), kwargs))
+        outcome = self.submit_outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            self.existing.extend(self.appear_after_ambiguous)
+            raise outcome
+        return outcome
+
+    def partitions(self):
+        self.calls.append(("partitions",))
+        return {"cpu": PartitionInfo(name="cpu", max_time_minutes=120, default=True, state="UP", nodes="c[1-2]")}
+
+    def nodes(self):
+        return {"c1": object(), "c2": object()}
+
+    def tail_logs(self, requests, max_bytes=1 << 20):
+        return [
+            LogChunk(path=p, data=b"Traceback\nValueError: bad config\n"[-max_bytes:], offset=o, size=40)
+            for p, o in requests
+        ]
+
+
+def context(try_number: int = 1, map_index: int = -1, task_state_store: Any = None):
+    ti = types.SimpleNamespace(
+        dag_id="train_dag",
+        task_id="train",
+        run_id="manual__2026-12-02",
+        map_index=map_index,
+        try_number=try_number,
+        pushed={},
+    )
+    ti.xcom_push = lambda key, value: ti.pushed.__setitem__(key, value)
+    ctx: dict[str, Any] = {"ti": ti}
+    if task_state_store is not None:
+        ctx["task_state_store"] = task_state_store
+    return ctx
+
+
+def make_op(hook: HookDouble, **kwargs) -> SlurmSubmitOperator:
+    defaults = dict(
+        task_id="train",
+        slurm_conn_id="slurm_unit",
+        command="echo hello",
+        gpus_per_node=0,
+        cpus_per_task=1,
+        time_hours=0.1,
+        partition="cpu",
+    )
+    defaults.update(kwargs)
+    op = SlurmSubmitOperator(**defaults)
+    op.get_hook = lambda: hook
+    return op
+
+
+def name(try_number: int) -> str:
+    return job_name_for("train_dag", "train", "manual__2026-12-02", -1, try_number)
+
+
+def install_unit_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection `slurm_unit` (from the environment) and a short reconcile window."""
+    from npa_airflow.slurm.operators import submission
+
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_UNIT", json.dumps(CONN))
+    monkeypatch.setattr(submission, "RECONCILE_WINDOW_SECONDS", 0.05)
+    monkeypatch.setattr(submission, "RECONCILE_POLL_SECONDS", 0.01)
+
+
+class TaskStateStoreDouble:
+    """Stands in for `context["task_state_store"]` (Airflow 3.3): a dict shared by every try of one task instance."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, *, retention: Any = None) -> None:
+        if value is None:
+            raise ValueError("Cannot set value as None")
+        self.values[key] = json.loads(json.dumps(value))  # stored as JSON, like the real store
+
+    def delete(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
+def run_execute(op: SlurmSubmitOperator, ctx) -> SlurmJobTrigger:
+    op.render_template_fields(ctx)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    return deferred.value.trigger
+
+
+def handle_dict(job_id="101"):
+    return {
+        "conn_id": "slurm_unit",
+        "cluster": None,
+        "job_id": job_id,
+        "job_name": name(1),
+        "login_host": "127.0.0.1:2222",
+        "results_dir": f"/shared/results/{name(1)}",
+        "stdout_path": f"/shared/results/slurm-logs/{name(1)}/main.out",
+        "stderr_path": f"/shared/results/slurm-logs/{name(1)}/main.err",
+        "try_number": 1,
+        "retry_of": None,
+        "submitted_at": 1.0,
+    }
+
+
+# A connection with every extra set (GPU and CPU partitions, results root, .sqsh cache).
+CFG_WITH_EXTRAS = SlurmConnectionConfig(
+    conn_id="slurm_default",
+    hosts=(("login1", 22),),
+    user="npa",
+    insecure_skip_host_key_check=True,
+    partition="gpu",
+    cpu_partition="cpu_long",
+    results_root="/lustre/results",
+    sqsh_cache_dir="/lustre/sqsh",
+)
