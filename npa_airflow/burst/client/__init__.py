@@ -1,12 +1,6 @@
 """SkyPilot API server client over HTTP: ``protocol`` (pure builders and parsers), ``transport`` (the async
 client, the only code that moves bytes) and ``sync`` (its blocking face).
-
-Protocol (SkyPilot 0.14 API server, API version 62): a ``POST /<operation>`` schedules a request and
-answers with its id in the ``X-Skypilot-Request-ID`` header; ``GET /api/get?request_id=`` waits for it
-and returns its payload (``return_value`` and ``error`` are JSON strings; ``error.object`` is a pickle we
-never touch); ``GET /api/status`` reads request states without waiting; ``POST /api/cancel`` cancels
-request ids (never sent without ids: a null list cancels every request of the user); ``POST /logs``
-streams a job's log as text.
+See ``protocol`` for what the API server is asked and how it answers.
 """
 
 from npa_airflow.burst.client.protocol import (

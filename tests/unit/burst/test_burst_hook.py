@@ -90,3 +90,19 @@ def test_a_failed_teardown_is_retried_then_reported(caplog):
         asked = drive(handle(job_id=2), [flaky, flaky, flaky], cancel=False)
     assert [op for op, _ in asked] == ["call", "sleep", "call", "sleep", "call"]
     assert "may still hold nodes" in caplog.text
+
+
+def test_the_sync_facade_runs_the_same_sequence():
+    client = ScriptedClient([None])
+    SkyPilotHook(client=client).cancel_and_teardown(handle(job_id=2), LOG, cancel=False)
+    assert [(op, arg.path) for op, arg in client.asked] == [("call", "/down")]
+
+
+def test_the_plugins_entry_runs_the_hooks_sequence_on_a_blocking_client():
+    from types import SimpleNamespace
+
+    from npa_airflow.burst.watch import cancel_steps, run_steps
+
+    client = ScriptedClient([None, None])
+    run_steps(SimpleNamespace(core=client), cancel_steps(handle(job_id=2), client.identity, LOG))
+    assert [(op, arg.path) for op, arg in client.asked] == [("call", "/cancel"), ("call", "/down")]
