@@ -17,7 +17,8 @@ from npa_airflow.exceptions import NpaValidationError
 XCOM_KEY = xcom_keys.BURST_JOB
 
 _CONN_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,250}")
-_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{7,63}")
+# A SkyPilot request id (a UUID); the protocol checks ids against the same pattern.
+REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{7,63}")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -41,7 +42,7 @@ class BurstJobHandle:
         validate_cluster_name(self.cluster, "BurstJobHandle.cluster")
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
             raise NpaValidationError(f"BurstJobHandle.name={self.name!r} is not a job name")
-        if not isinstance(self.request_id, str) or not _REQUEST_ID_RE.fullmatch(self.request_id):
+        if not isinstance(self.request_id, str) or not REQUEST_ID_RE.fullmatch(self.request_id):
             raise NpaValidationError(f"BurstJobHandle.request_id={self.request_id!r} is not a request id")
         if self.job_id is not None and (
             isinstance(self.job_id, bool) or not isinstance(self.job_id, int) or self.job_id < 0

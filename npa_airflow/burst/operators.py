@@ -26,7 +26,6 @@ from npa_airflow.common.links import BurstJobLink
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from npa_airflow.burst.client import SkyPilotClient
     from npa_airflow.burst.handle import BurstJobHandle
     from npa_airflow.burst.hook import SkyPilotHook
 
@@ -42,7 +41,7 @@ def _seconds(value: timedelta | float | int | None, field: str) -> float | None:
     return float(seconds)
 
 
-class _BurstLaunchMixin(BaseOperator):
+class BurstLaunchOperatorBase(BaseOperator):
     """Launch, wait, cancel and tear down; subclasses say what task to launch (``build_request``)."""
 
     operator_extra_links = (BurstJobLink(),)
@@ -121,10 +120,6 @@ class _BurstLaunchMixin(BaseOperator):
         return self.teardown
 
     def execute(self, context: Context) -> Any:
-        from npa_airflow.burst import client as sky
-        from npa_airflow.burst.handle import BurstJobHandle
-        from npa_airflow.burst.task import dag_yaml
-
         # Everything that can be wrong with the input fails here, before the first request.
         deadline_s = _seconds(self.deadline, "deadline")
         poll = _seconds(self.poll_interval, "poll_interval") or 15.0
@@ -133,22 +128,42 @@ class _BurstLaunchMixin(BaseOperator):
         task, nodes = self.build_task_dict(context, secrets)
         cluster = self.cluster_for(context)
         hook = self.get_hook()
-        with hook.get_client() as client:
-            info = client.health()
-            self.log.info("SkyPilot API server %s (API %s) at %s", info.version, info.api_version, client.endpoint)
-            existing = sky.parse_clusters(client.call(sky.build_status(client.identity, [cluster]), timeout=120))
-            created = cluster not in existing
-            request_id = client.submit(
-                sky.build_launch(client.identity, dag_yaml(task), cluster, retry_until_up=self.retry_until_up)
+        handle = self._launch(hook, context, task, nodes, cluster)
+        deadline = None if deadline_s is None else handle.submitted_at + deadline_s
+        if self.deferrable:
+            from npa_airflow.burst.triggers import BurstJobTrigger
+
+            trigger = BurstJobTrigger(
+                handle=handle.to_dict(),
+                poll_interval=poll,
+                deadline=deadline,
+                stream_logs=self.stream_logs,
+                cancel_on_kill=self.cancel_on_kill,
+                nodes=nodes,
             )
+            self.defer(trigger=trigger, method_name="execute_complete")
+        return self.execute_complete(context, self._wait_here(hook, handle, poll, deadline, nodes))
+
+    def _launch(
+        self, hook: SkyPilotHook, context: Context, task: dict[str, Any], nodes: int, cluster: str
+    ) -> BurstJobHandle:
+        """Submit the launch and push its handle to XCom (before any wait, so a kill can find it)."""
+        from npa_airflow.burst.handle import BurstJobHandle
+        from npa_airflow.burst.task import dag_yaml
+
+        with hook:
+            launch = hook.launch(dag_yaml(task), cluster, retry_until_up=self.retry_until_up)
+        self.log.info(
+            "SkyPilot API server %s (API %s) at %s", launch.server.version, launch.server.api_version, launch.endpoint
+        )
         handle = BurstJobHandle(
             conn_id=self.skypilot_conn_id,
-            endpoint=client.endpoint,
+            endpoint=launch.endpoint,
             cluster=cluster,
             name=str(task["name"]),
-            request_id=request_id,
-            created_cluster=created,
-            teardown=self._teardown_for(created),
+            request_id=launch.request_id,
+            created_cluster=launch.created_cluster,
+            teardown=self._teardown_for(launch.created_cluster),
             submitted_at=time.time(),
         )
         self._handle = handle
@@ -156,26 +171,13 @@ class _BurstLaunchMixin(BaseOperator):
         self.log.info(
             "Launching %s on %s cluster %s (%d node(s)); launch request %s; teardown=%s",
             handle.name,
-            "new" if created else "existing",
+            "new" if launch.created_cluster else "existing",
             cluster,
             nodes,
-            request_id,
+            launch.request_id,
             handle.teardown,
         )
-        deadline = None if deadline_s is None else handle.submitted_at + deadline_s
-        from npa_airflow.burst.triggers import BurstJobTrigger
-
-        trigger = BurstJobTrigger(
-            handle=handle.to_dict(),
-            poll_interval=poll,
-            deadline=deadline,
-            stream_logs=self.stream_logs,
-            cancel_on_kill=self.cancel_on_kill,
-            nodes=nodes,
-        )
-        if self.deferrable:
-            self.defer(trigger=trigger, method_name="execute_complete")
-        return self.execute_complete(context, self._wait_here(hook, handle, poll, deadline, nodes))
+        return handle
 
     def _wait_here(
         self, hook: SkyPilotHook, handle: BurstJobHandle, poll: float, deadline: float | None, nodes: int
@@ -188,9 +190,9 @@ class _BurstLaunchMixin(BaseOperator):
             self._handle = current
 
         async def wait() -> dict[str, Any]:
-            async with await hook.aget_client() as client:
+            async with hook:
                 return await watch_job(
-                    client,
+                    hook,
                     handle,
                     poll_interval=poll,
                     deadline=deadline,
@@ -225,11 +227,8 @@ class _BurstLaunchMixin(BaseOperator):
         raise NpaProgramFailure(f"burst job {handle.name} failed: {message}")
 
     def _cancel_and_teardown(self, handle: BurstJobHandle, *, cancel: bool) -> None:
-        from npa_airflow.burst.watch import cancel_steps, run_steps
-
-        client: SkyPilotClient
-        with self.get_hook().get_client() as client:
-            run_steps(client, cancel_steps(handle, client.identity, self.log, cancel=cancel, teardown=True))
+        with self.get_hook() as hook:
+            hook.cancel_and_teardown(handle, self.log, cancel=cancel, teardown=True)
 
     def on_kill(self) -> None:
         """The worker is killing the task (non-deferrable wait, or before deferring): cancel and tear down."""
@@ -243,7 +242,7 @@ class _BurstLaunchMixin(BaseOperator):
             self.log.exception("Cancelling burst job %s failed", handle.to_json())
 
 
-class BurstTorchrunOperator(_BurstLaunchMixin):
+class BurstTorchrunOperator(BurstLaunchOperatorBase):
     """Run ``entrypoint`` under torchrun on ``nodes`` nodes with ``gpu_per_node`` GPUs each (SkyPilot).
 
     :param image: container image (a plain reference becomes ``docker:<image>``); torchrun must be in it.
@@ -344,7 +343,7 @@ class BurstTorchrunOperator(_BurstLaunchMixin):
         return build_task(spec, launcher, {**self._secret_values(), **secrets}), spec.nodes
 
 
-class BurstSubmitYamlOperator(_BurstLaunchMixin):
+class BurstSubmitYamlOperator(BurstLaunchOperatorBase):
     """Launch one SkyPilot task YAML with ``${VAR}`` placeholders filled from ``vars``.
 
     :param yaml_path: path to the task YAML (absolute, or relative to the DAG file's folder).

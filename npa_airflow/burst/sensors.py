@@ -13,6 +13,9 @@ from npa_airflow.common.links import BurstJobLink
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from npa_airflow.burst.handle import BurstJobHandle
+    from npa_airflow.burst.hook import SkyPilotHook
+
 
 class BurstJobSensor(BaseSensorOperator):
     """Succeeds when the job of ``handle`` completes; fails when it fails or is cancelled.
@@ -31,7 +34,7 @@ class BurstJobSensor(BaseSensorOperator):
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self.stream_logs = stream_logs
 
-    def _handle(self):
+    def _handle(self) -> BurstJobHandle:
         import ast
 
         from npa_airflow.burst.handle import BurstJobHandle
@@ -65,20 +68,11 @@ class BurstJobSensor(BaseSensorOperator):
         from npa_airflow.exceptions import NpaError
 
         handle = self._handle()
-        with SkyPilotHook(handle.conn_id).get_client() as client:
-            job_id = handle.job_id
+        with SkyPilotHook(handle.conn_id) as hook:
+            job_id = handle.job_id if handle.job_id is not None else self._launched_job_id(hook, handle)
             if job_id is None:
-                launch = client.request_statuses([handle.request_id]).get(handle.request_id)
-                if launch is None or not launch.finished:
-                    self.log.info("Launch request %s: %s", handle.request_id, launch and launch.status)
-                    return False
-                result = client.get(handle.request_id, timeout=120)
-                result.raise_for_error()
-                job_id = sky.parse_launch_result(result.return_value)
-                if job_id is None:
-                    raise NpaError(f"launch of cluster {handle.cluster} returned no job id")
-            value = client.call(sky.build_job_status(client.identity, handle.cluster, [job_id]), timeout=120)
-        native = sky.parse_job_status(value, job_id)
+                return False
+            native = hook.job_status(handle.cluster, job_id)
         state = sky.interpret_job_state(native)
         self.log.info("SkyPilot job %s on %s: %s", job_id, handle.cluster, native)
         if not state.is_terminal:
@@ -86,6 +80,22 @@ class BurstJobSensor(BaseSensorOperator):
         if state.is_success:
             return True
         raise NpaError(f"SkyPilot job {job_id} ({handle.name}) on cluster {handle.cluster} ended {native}")
+
+    def _launched_job_id(self, hook: SkyPilotHook, handle: BurstJobHandle) -> int | None:
+        """The job id the launch created; None while the launch runs (a failed launch raises)."""
+        from npa_airflow.burst import client as sky
+        from npa_airflow.exceptions import NpaError
+
+        launch = hook.launch_status(handle.request_id)
+        if launch is None or not launch.finished:
+            self.log.info("Launch request %s: %s", handle.request_id, launch and launch.status)
+            return None
+        result = hook.launch_result(handle.request_id)
+        result.raise_for_error()
+        job_id = sky.parse_launch_result(result.return_value)
+        if job_id is None:
+            raise NpaError(f"launch of cluster {handle.cluster} returned no job id")
+        return job_id
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         from npa_airflow.burst.watch import validate_event

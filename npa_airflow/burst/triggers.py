@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -20,6 +20,9 @@ from npa_airflow.common.ownership import (
     shielded,
     write_claim_xcom,
 )
+
+if TYPE_CHECKING:
+    from npa_airflow.burst.hook import SkyPilotHook
 
 ON_KILL_TIMEOUT = 25.0  # inside the triggerer's own bound ([triggerer] on_kill_timeout, 30 s)
 DECIDE_SECONDS = 10.0  # of which deciding whether to cancel may take this long (the rest submits the cancel)
@@ -71,7 +74,7 @@ class BurstJobTrigger(BaseTrigger):
             },
         )
 
-    def _hook(self):
+    def _hook(self) -> SkyPilotHook:
         from npa_airflow.burst.hook import SkyPilotHook
 
         return SkyPilotHook(self._current.conn_id)
@@ -95,9 +98,9 @@ class BurstJobTrigger(BaseTrigger):
 
         await self._claim_job()
         try:
-            async with await self._hook().aget_client() as client:
+            async with self._hook() as hook:
                 event = await watch_job(
-                    client,
+                    hook,
                     self._current,
                     poll_interval=self.poll_interval,
                     deadline=self.deadline,
@@ -128,17 +131,15 @@ class BurstJobTrigger(BaseTrigger):
             self.log.exception("Cancelling burst job %s failed", self._current.to_json())
 
     async def _cancel_unless_moved(self) -> None:
-        from npa_airflow.burst.watch import arun_steps, cancel_steps
-
         end = time.monotonic() + ON_KILL_TIMEOUT
         verdict, why = await decide(self._observe_ownership, self._claim, bound=DECIDE_SECONDS)
         if verdict is not Verdict.CANCEL:
             self.log.info("Not cancelling burst job %s (%s): %s", self._current.to_json(), verdict.value, why)
             return
         self.log.info("Cancelling burst job %s: %s", self._current.to_json(), why)
-        async with await self._hook().aget_client() as client:
-            steps = cancel_steps(self._current, client.identity, self.log, wait=False)
-            await asyncio.wait_for(arun_steps(client, steps), timeout=max(5.0, end - time.monotonic()))
+        async with self._hook() as hook:
+            cancel = hook.acancel_and_teardown(self._current, self.log, wait=False)
+            await asyncio.wait_for(cancel, timeout=max(5.0, end - time.monotonic()))
 
     async def _observe_ownership(self) -> tuple[Claim | None, TaskView | None]:
         ti = getattr(self, "task_instance", None)

@@ -1,9 +1,8 @@
-"""Waiting for a burst job and cancelling it: the logic shared by the trigger and the worker-side wait.
+"""Waiting for a burst job: the logic shared by the trigger and the worker-side wait, and their events.
 
 ``watch_job`` follows the launch request until SkyPilot reports the job id, then the job until it ends,
-streaming both logs into the task log and saying at each poll why it is still pending. Cancel and
-teardown are written once as a sequence of API steps (``cancel_steps``) that a sync or an async client
-executes (``run_steps`` / ``arun_steps``).
+streaming both logs into the task log and saying at each poll why it is still pending. What is asked of the
+API server, and how, is the hook's (``SkyPilotHook``); this module decides when to ask and what the answers mean.
 """
 
 from __future__ import annotations
@@ -12,21 +11,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Generator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.common.remote_errors import skypilot_cluster_gone
+from npa_airflow.common.retry import Backoff, Budget, apause
 from npa_airflow.common.states import JobState
-from npa_airflow.exceptions import NpaConnectionError, NpaError
+from npa_airflow.exceptions import NpaConnectionError
+
+if TYPE_CHECKING:
+    from npa_airflow.burst.hook import SkyPilotHook
 
 EVENT_STATUSES = ("success", "failed", "canceled", "deadline")
 LOG_DRAIN_SECONDS = 30.0
 MAX_UNREACHABLE_SECONDS = 1800.0
 MAX_CONSECUTIVE_API_ERRORS = 5
-TEARDOWN_ATTEMPTS = 3
-TEARDOWN_RETRY_SECONDS = 5.0
-_TOLERATED_ON_CANCEL = ("ClusterDoesNotExist", "ClusterNotUpError")
 
 
 def make_event(status: str, handle: BurstJobHandle, message: str, native_state: str | None = None) -> dict[str, Any]:
@@ -44,7 +46,7 @@ def validate_event(event: Any) -> tuple[str, BurstJobHandle, str]:
     return event["status"], BurstJobHandle.from_dict(event["handle"]), str(event["message"])
 
 
-async def _pump(lines, log: logging.Logger, prefix: str) -> None:
+async def _pump(lines: AsyncIterator[str], log: logging.Logger, prefix: str) -> None:
     try:
         async for raw in lines:
             line = sky.clean_log_line(raw)
@@ -67,144 +69,177 @@ async def _stop(task: asyncio.Task | None, drain: float) -> None:
             await task
 
 
-class _Unreachable:
+class _Ended(Exception):
+    """The watch is over before the job ended by itself; carries the event to fire."""
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        super().__init__(event["message"])
+        self.event = event
+
+
+@dataclass
+class _Outage:
     """How long the API server has been unreachable; the wait fails only after a bounded outage."""
 
-    def __init__(self, limit: float) -> None:
-        self.limit = limit
-        self.since: float | None = None
+    limit: float
+    budget: Budget | None = None
 
     def ok(self) -> None:
-        self.since = None
+        self.budget = None
 
     def failed(self, exc: Exception, log: logging.Logger) -> bool:
-        now = time.monotonic()
-        self.since = self.since or now
+        """Record a failed poll; True once the outage outlasted ``limit`` seconds."""
+        if self.budget is None:
+            self.budget = Budget(seconds=self.limit)
         log.warning("SkyPilot API server not answering (%s); retrying", exc)
-        return now - self.since > self.limit
+        return not self.budget.allows(0.0)
 
 
-async def watch_job(
-    client: sky.AsyncSkyPilotClient,
-    handle: BurstJobHandle,
-    *,
-    poll_interval: float,
-    deadline: float | None,
-    stream_logs: bool,
-    log: logging.Logger,
-    nodes: int | None = None,
-    on_job_id: Any = None,
-) -> dict[str, Any]:
-    """Follow ``handle`` until it ends (or ``deadline``, epoch seconds); return the event payload."""
-    outage = _Unreachable(MAX_UNREACHABLE_SECONDS)
-    gang = f"all {nodes} node(s)" if nodes else "all nodes"
+@dataclass
+class _JobWatch:
+    hook: SkyPilotHook
+    poll_interval: float
+    deadline: float | None
+    stream_logs: bool
+    log: logging.Logger
+    gang: str
+    on_job_id: Callable[[BurstJobHandle], None] | None
+    outage: _Outage = field(default_factory=lambda: _Outage(MAX_UNREACHABLE_SECONDS))
+    # The current streak of job-status errors, retried at the poll interval (no growth: the poll is slow already).
+    api_errors: Budget = field(default_factory=lambda: Budget(attempts=MAX_CONSECUTIVE_API_ERRORS))
 
-    def past_deadline() -> bool:
-        return deadline is not None and time.time() > deadline
+    @property
+    def api_error_backoff(self) -> Backoff:
+        return Backoff(base=self.poll_interval, cap=self.poll_interval, jitter=0.0)
 
-    if handle.job_id is None:
-        stream = None
-        if stream_logs:
-            request = sky.ApiRequest(
-                "GET", "/api/stream", params={"request_id": handle.request_id, "follow": "true", "format": "plain"}
-            )
-            stream = asyncio.ensure_future(_pump(client.stream_lines(request), log, "[launch] "))
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.time() > self.deadline
+
+    async def poll_pause(self) -> None:
+        await apause(self.poll_interval)
+
+    def stream(self, lines: AsyncIterator[str], prefix: str) -> asyncio.Future | None:
+        return asyncio.ensure_future(_pump(lines, self.log, prefix)) if self.stream_logs else None
+
+    async def unreachable(self, handle: BurstJobHandle, exc: Exception, native: str | None = None) -> None:
+        """A poll the API server did not answer: pause, or end the watch once the outage is too long."""
+        if self.outage.failed(exc, self.log):
+            raise _Ended(make_event("failed", handle, f"SkyPilot API server unreachable: {exc}", native))
+        await self.poll_pause()
+
+    # -- the launch ----------------------------------------------------------------------------------------------
+
+    async def follow_launch(self, handle: BurstJobHandle) -> BurstJobHandle:
+        """Wait for the launch request to finish; the handle with the job id it created."""
+        stream = self.stream(self.hook.astream_launch_log(handle.request_id), "[launch] ")
         try:
-            while True:
-                try:
-                    result = (await client.request_statuses([handle.request_id])).get(handle.request_id)
-                    outage.ok()
-                except NpaConnectionError as exc:
-                    if outage.failed(exc, log):
-                        return make_event("failed", handle, f"SkyPilot API server unreachable: {exc}")
-                    await asyncio.sleep(poll_interval)
-                    continue
-                if result is None:
-                    return make_event(
-                        "failed", handle, f"launch request {handle.request_id} is unknown to the API server"
-                    )
-                if result.finished:
-                    break
-                log.info(
-                    "Launch of cluster %s (request %s) is %s: %s",
-                    handle.cluster,
-                    handle.request_id,
-                    result.status,
-                    result.status_msg or f"provisioning; gang scheduling waits until {gang} are allocated",
-                )
-                if past_deadline():
-                    return make_event("deadline", handle, "deadline passed while the cluster was being launched")
-                await asyncio.sleep(poll_interval)
+            await self.wait_for_launch(handle)
         finally:
-            await _stop(stream, LOG_DRAIN_SECONDS if stream_logs else 0)
-        result = await client.get(handle.request_id, timeout=120)
-        if result.status == "CANCELLED":
-            return make_event("canceled", handle, f"launch request {handle.request_id} was cancelled")
-        if result.error_type or result.status != "SUCCEEDED":
-            return make_event(
-                "failed",
-                handle,
-                f"launch of cluster {handle.cluster} failed: {result.error_type}: {result.error_message}",
-            )
-        job_id = sky.parse_launch_result(result.return_value)
-        if job_id is None:
-            return make_event("failed", handle, f"launch of cluster {handle.cluster} returned no job id")
-        handle = handle.with_job(job_id)
-        if on_job_id is not None:
-            on_job_id(handle)
-        log.info("SkyPilot job %s submitted on cluster %s", job_id, handle.cluster)
+            await _stop(stream, LOG_DRAIN_SECONDS if self.stream_logs else 0)
+        result = await self.hook.alaunch_result(handle.request_id)
+        handle = handle.with_job(self.launched_job_id(handle, result))
+        if self.on_job_id is not None:
+            self.on_job_id(handle)
+        self.log.info("SkyPilot job %s submitted on cluster %s", handle.job_id, handle.cluster)
+        return handle
 
-    assert handle.job_id is not None
-    stream = None
-    if stream_logs:
-        logs = sky.build_logs(client.identity, handle.cluster, handle.job_id, follow=True)
-        stream = asyncio.ensure_future(_pump(client.stream_lines(logs), log, ""))
-    native: str | None = None
-    api_errors = 0
-    try:
+    async def wait_for_launch(self, handle: BurstJobHandle) -> None:
         while True:
             try:
-                value = await client.call(
-                    sky.build_job_status(client.identity, handle.cluster, [handle.job_id]), timeout=120
-                )
-                native = sky.parse_job_status(value, handle.job_id)
-                outage.ok()
+                result = await self.hook.alaunch_status(handle.request_id)
+                self.outage.ok()
             except NpaConnectionError as exc:
-                if outage.failed(exc, log):
-                    return make_event("failed", handle, f"SkyPilot API server unreachable: {exc}", native)
-                await asyncio.sleep(poll_interval)
+                await self.unreachable(handle, exc)
                 continue
-            except sky.SkyPilotApiError as exc:
-                if exc.error_type in _TOLERATED_ON_CANCEL:
-                    return make_event("failed", handle, f"cluster {handle.cluster} is gone: {exc}", native)
-                # The server could not reach the cluster this time (e.g. the scheduler timed out): retry
-                # a few polls before calling the job's state unknown-and-failed.
-                api_errors += 1
-                if api_errors >= MAX_CONSECUTIVE_API_ERRORS:
-                    return make_event("failed", handle, f"job status unavailable {api_errors} times: {exc}", native)
-                log.warning("Job status of %s on %s failed (%s); retrying", handle.job_id, handle.cluster, exc)
-                await asyncio.sleep(poll_interval)
-                continue
-            api_errors = 0
-            state = sky.interpret_job_state(native)
-            if state.is_terminal:
-                break
-            if state is JobState.PENDING:
-                log.info(
-                    "SkyPilot job %s on %s is %s: waiting until %s are allocated (gang scheduling)",
-                    handle.job_id,
-                    handle.cluster,
-                    native,
-                    gang,
-                )
-            elif state is JobState.UNKNOWN:
-                log.warning("SkyPilot job %s on %s reports state %r", handle.job_id, handle.cluster, native)
-            if past_deadline():
-                return make_event("deadline", handle, f"deadline passed with job {handle.job_id} {native}", native)
-            await asyncio.sleep(poll_interval)
-    finally:
-        # A terminal job's follow stream ends by itself; give it time to deliver the last lines.
-        await _stop(stream, LOG_DRAIN_SECONDS)
+            if result is None:
+                message = f"launch request {handle.request_id} is unknown to the API server"
+                raise _Ended(make_event("failed", handle, message))
+            if result.finished:
+                return
+            self.log.info(
+                "Launch of cluster %s (request %s) is %s: %s",
+                handle.cluster,
+                handle.request_id,
+                result.status,
+                result.status_msg or f"provisioning; gang scheduling waits until {self.gang} are allocated",
+            )
+            if self.past_deadline():
+                raise _Ended(make_event("deadline", handle, "deadline passed while the cluster was being launched"))
+            await self.poll_pause()
+
+    @staticmethod
+    def launched_job_id(handle: BurstJobHandle, result: sky.RequestResult) -> int:
+        if result.status == "CANCELLED":
+            raise _Ended(make_event("canceled", handle, f"launch request {handle.request_id} was cancelled"))
+        if result.error_type or result.status != "SUCCEEDED":
+            message = f"launch of cluster {handle.cluster} failed: {result.error_type}: {result.error_message}"
+            raise _Ended(make_event("failed", handle, message))
+        job_id = sky.parse_launch_result(result.return_value)
+        if job_id is None:
+            raise _Ended(make_event("failed", handle, f"launch of cluster {handle.cluster} returned no job id"))
+        return job_id
+
+    # -- the job -------------------------------------------------------------------------------------------------
+
+    async def follow_job(self, handle: BurstJobHandle) -> dict[str, Any]:
+        """Poll the job until it ends; its event."""
+        assert handle.job_id is not None
+        stream = self.stream(self.hook.astream_job_log(handle.cluster, handle.job_id), "")
+        native: str | None = None
+        try:
+            while True:
+                answered, native = await self.read_job_state(handle, native)
+                if not answered:
+                    continue
+                state = sky.interpret_job_state(native)
+                if state.is_terminal:
+                    return job_end_event(handle, native, state)
+                self.report_pending(handle, native, state)
+                if self.past_deadline():
+                    message = f"deadline passed with job {handle.job_id} {native}"
+                    raise _Ended(make_event("deadline", handle, message, native))
+                await self.poll_pause()
+        finally:
+            # A terminal job's follow stream ends by itself; give it time to deliver the last lines.
+            await _stop(stream, LOG_DRAIN_SECONDS)
+
+    async def read_job_state(self, handle: BurstJobHandle, native: str | None) -> tuple[bool, str | None]:
+        """``(True, state)`` on an answer; ``(False, last state)`` after a tolerated failure and a pause."""
+        assert handle.job_id is not None
+        try:
+            native = await self.hook.ajob_status(handle.cluster, handle.job_id)
+            self.outage.ok()
+            self.api_errors = Budget(attempts=MAX_CONSECUTIVE_API_ERRORS)
+            return True, native
+        except NpaConnectionError as exc:
+            await self.unreachable(handle, exc, native)
+        except sky.SkyPilotApiError as exc:
+            await self.api_error(handle, exc, native)
+        return False, native
+
+    async def api_error(self, handle: BurstJobHandle, exc: sky.SkyPilotApiError, native: str | None) -> None:
+        """The server answered with an error: the cluster is gone, or it could not reach it this time (e.g. the
+        scheduler timed out), which a few polls in a row may be before the job's state counts as lost."""
+        if skypilot_cluster_gone(exc.error_type):
+            raise _Ended(make_event("failed", handle, f"cluster {handle.cluster} is gone: {exc}", native))
+        delay = self.api_error_backoff.delay(self.api_errors.failures + 1)
+        if not self.api_errors.allows(delay):
+            message = f"job status unavailable {self.api_errors.failures} times: {exc}"
+            raise _Ended(make_event("failed", handle, message, native))
+        self.log.warning("Job status of %s on %s failed (%s); retrying", handle.job_id, handle.cluster, exc)
+        await apause(delay)
+
+    def report_pending(self, handle: BurstJobHandle, native: str | None, state: JobState) -> None:
+        if state is JobState.PENDING:
+            self.log.info(
+                "SkyPilot job %s on %s is %s: waiting until %s are allocated (gang scheduling)",
+                *(handle.job_id, handle.cluster, native, self.gang),
+            )
+        elif state is JobState.UNKNOWN:
+            self.log.warning("SkyPilot job %s on %s reports state %r", handle.job_id, handle.cluster, native)
+
+
+def job_end_event(handle: BurstJobHandle, native: str | None, state: JobState) -> dict[str, Any]:
     description = f"SkyPilot job {handle.job_id} ({handle.name}) on cluster {handle.cluster} ended {native}"
     if state is JobState.COMPLETE:
         return make_event("success", handle, description, native)
@@ -213,9 +248,38 @@ async def watch_job(
     return make_event("failed", handle, description, native)
 
 
-# ---------------------------------------------------------------- cancel and teardown
+async def watch_job(
+    hook: SkyPilotHook,
+    handle: BurstJobHandle,
+    *,
+    poll_interval: float,
+    deadline: float | None,
+    stream_logs: bool,
+    log: logging.Logger,
+    nodes: int | None = None,
+    on_job_id: Callable[[BurstJobHandle], None] | None = None,
+) -> dict[str, Any]:
+    """Follow ``handle`` until it ends (or ``deadline``, epoch seconds); return the event payload."""
+    gang = f"all {nodes} node(s)" if nodes else "all nodes"
+    watch = _JobWatch(hook, poll_interval, deadline, stream_logs, log, gang, on_job_id)
+    try:
+        if handle.job_id is None:
+            handle = await watch.follow_launch(handle)
+        return await watch.follow_job(handle)
+    except _Ended as ended:
+        return ended.event
 
-Step = tuple[str, Any]
+
+# -- kept for npa_airflow.plugin (cancel_burst_job) until it calls SkyPilotHook.cancel_and_teardown ---------------
+
+
+@dataclass(frozen=True)
+class CancelPlan:
+    handle: BurstJobHandle
+    log: logging.Logger
+    cancel: bool
+    teardown: bool
+    wait: bool
 
 
 def cancel_steps(
@@ -226,136 +290,18 @@ def cancel_steps(
     cancel: bool = True,
     teardown: bool = True,
     wait: bool = True,
-) -> Generator[Step, Any, None]:
-    """Cancel the launch request or the job, then tear the cluster down when the policy says so.
-
-    Yields ``("statuses", [ids])``, ``("cancel", [ids])``, ``("get", id)``, ``("call", ApiRequest)``,
-    ``("submit", ApiRequest)``, ``("sleep", seconds)`` and receives each answer (or the exception it raised).
-    Every step tolerates "already gone". With ``wait=False`` the job cancel and the teardown are only
-    submitted: the API server carries them out on its own, which fits a caller with a short time bound
-    (the triggerer gives ``on_kill`` 30 s; a teardown can take minutes).
-    """
-    if not wait:
-        yield from _submit_cancel_steps(handle, identity, log, cancel=cancel, teardown=teardown)
-        return
-    job_id = handle.job_id
-    if cancel and job_id is None:
-        job_id = yield from _stop_launch(handle, log)
-    if cancel and job_id is not None:
-        answer = yield ("call", sky.build_cancel_job(identity, handle.cluster, int(job_id)))
-        if isinstance(answer, Exception):
-            log.info("Cancel of job %s on %s: %s", job_id, handle.cluster, answer)
-        else:
-            log.info("Cancelled SkyPilot job %s on cluster %s", job_id, handle.cluster)
-    if teardown and handle.tears_down:
-        for attempt in range(1, TEARDOWN_ATTEMPTS + 1):
-            answer = yield ("call", sky.build_down(identity, handle.cluster))
-            if not isinstance(answer, Exception):
-                log.info("Cluster %s torn down", handle.cluster)
-                break
-            if getattr(answer, "error_type", None) == "ClusterDoesNotExist":
-                log.info("Cluster %s is already gone", handle.cluster)
-                break
-            if attempt == TEARDOWN_ATTEMPTS:
-                log.warning(
-                    "Teardown of cluster %s failed %d times (%s); it may still hold nodes: take it down with "
-                    "`sky down %s` against %s",
-                    handle.cluster,
-                    attempt,
-                    answer,
-                    handle.cluster,
-                    handle.endpoint,
-                )
-                break
-            log.info("Teardown of cluster %s failed (%s); retrying", handle.cluster, answer)
-            yield ("sleep", TEARDOWN_RETRY_SECONDS * attempt)
-    elif teardown:
-        log.info("Cluster %s kept (teardown=%s)", handle.cluster, handle.teardown)
+) -> CancelPlan:
+    """What ``run_steps`` does: ``SkyPilotHook.acancel_and_teardown`` with these arguments (``identity`` is the
+    client's own and ignored)."""
+    return CancelPlan(handle, log, cancel, teardown, wait)
 
 
-def _stop_launch(handle: BurstJobHandle, log: logging.Logger) -> Generator[Step, Any, int | None]:
-    """Cancel a launch still in flight (quick requests); return the job id a finished launch created."""
-    answer = yield ("statuses", [handle.request_id])
-    launch = answer.get(handle.request_id) if isinstance(answer, dict) else None
-    if launch is not None and not launch.finished:
-        answer = yield ("cancel", [handle.request_id])
-        log.info("Cancelled launch request %s: %s", handle.request_id, answer)
-    elif launch is not None and launch.status == "SUCCEEDED":
-        result = yield ("get", handle.request_id)
-        if isinstance(result, sky.RequestResult) and isinstance(result.return_value, dict):
-            return result.return_value.get("job_id")
-    return None
+def run_steps(client: sky.SkyPilotClient, plan: CancelPlan) -> None:
+    """Cancel and tear down through ``client`` (a blocking client, e.g. ``SkyPilotHook.get_client()``)."""
+    from npa_airflow.burst.client.sync import run_sync
+    from npa_airflow.burst.hook import SkyPilotHook
 
-
-def _submit_cancel_steps(
-    handle: BurstJobHandle, identity: sky.Identity, log: logging.Logger, *, cancel: bool, teardown: bool
-) -> Generator[Step, Any, None]:
-    job_id = handle.job_id
-    if cancel and job_id is None:
-        job_id = yield from _stop_launch(handle, log)
-    if cancel and job_id is not None:
-        answer = yield ("submit", sky.build_cancel_job(identity, handle.cluster, int(job_id)))
-        log.info("Cancel of SkyPilot job %s on cluster %s requested: %s", job_id, handle.cluster, answer)
-    if teardown and handle.tears_down:
-        answer = yield ("submit", sky.build_down(identity, handle.cluster))
-        log.info("Teardown of cluster %s requested: %s", handle.cluster, answer)
-    elif teardown:
-        log.info("Cluster %s kept (teardown=%s)", handle.cluster, handle.teardown)
-
-
-def _tolerable(exc: Exception) -> bool:
-    return isinstance(exc, NpaError)
-
-
-def run_steps(client: sky.SkyPilotClient, steps: Generator[Step, Any, None]) -> None:
-    answer: Any = None
-    while True:
-        try:
-            op, arg = steps.send(answer)
-        except StopIteration:
-            return
-        try:
-            if op == "statuses":
-                answer = client.request_statuses(arg)
-            elif op == "cancel":
-                answer = client.cancel_requests(arg)
-            elif op == "get":
-                answer = client.get(arg, timeout=120)
-            elif op == "sleep":
-                time.sleep(arg)
-                answer = None
-            elif op == "submit":
-                answer = client.submit(arg)
-            else:
-                answer = client.call(arg, timeout=600)
-        except Exception as exc:
-            if not _tolerable(exc):
-                raise
-            answer = exc
-
-
-async def arun_steps(client: sky.AsyncSkyPilotClient, steps: Generator[Step, Any, None]) -> None:
-    answer: Any = None
-    while True:
-        try:
-            op, arg = steps.send(answer)
-        except StopIteration:
-            return
-        try:
-            if op == "statuses":
-                answer = await client.request_statuses(arg)
-            elif op == "cancel":
-                answer = await client.cancel_requests(arg)
-            elif op == "get":
-                answer = await client.get(arg, timeout=120)
-            elif op == "sleep":
-                await asyncio.sleep(arg)
-                answer = None
-            elif op == "submit":
-                answer = await client.submit(arg)
-            else:
-                answer = await client.call(arg, timeout=600)
-        except Exception as exc:
-            if not _tolerable(exc):
-                raise
-            answer = exc
+    hook = SkyPilotHook(plan.handle.conn_id, client=client.core)
+    run_sync(
+        hook.acancel_and_teardown(plan.handle, plan.log, cancel=plan.cancel, teardown=plan.teardown, wait=plan.wait)
+    )

@@ -1,6 +1,6 @@
 """Record request/response samples from a real SkyPilot API server into tests/unit/burst/samples/.
 
-    dev/skypilot up && .venv/bin/python tests/skypilot/record_samples.py
+    dev/skypilot up && .venv/bin/python -m tests.skypilot.record_samples
 
 The unit tests parse these files; re-record them when the server version changes. Pickled fields in
 the answers (entrypoint, request_body, error.object, handle) are kept verbatim: the client must ignore them.
@@ -21,11 +21,11 @@ from npa_airflow.burst.client import (
     build_get,
     build_health,
     build_launch,
-    build_queue,
     build_request_status,
     build_status,
 )
 from npa_airflow.burst.task import dag_yaml
+from tests.harness.burst_doubles import build_queue
 
 SAMPLES = Path(__file__).resolve().parent.parent / "unit" / "burst" / "samples"
 KEEP_HEADERS = ("x-skypilot-request-id", "x-skypilot-api-version", "x-skypilot-version", "content-type")

@@ -1,7 +1,6 @@
-"""SkyPilot API server client over HTTP: no ``import sky``, nothing ever unpickled.
+"""The SkyPilot API protocol, pure: request builders (``build_*``) and answer parsers (``parse_*``).
 
-The pure half builds requests (``ApiRequest``) and parses answers; ``SkyPilotClient`` (sync, operators)
-and ``AsyncSkyPilotClient`` (async, triggers) only move bytes, so both speak the same protocol.
+No I/O, no ``import sky``, nothing ever unpickled; ``transport.AsyncSkyPilotClient`` moves the bytes.
 
 Protocol (SkyPilot 0.14 API server, API version 62): a ``POST /<operation>`` schedules a request and
 answers with its id in the ``X-Skypilot-Request-ID`` header; ``GET /api/get?request_id=`` waits for it
@@ -16,15 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from npa_airflow.burst.handle import REQUEST_ID_RE
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaConnectionError, NpaError, NpaParseError, NpaValidationError
-
-if TYPE_CHECKING:
-    import httpx
 
 # The API version whose request/response shapes this client was written and recorded against, and the
 # oldest server it accepts (55: requests report WAITING; 50: launch credentials).
@@ -143,18 +140,10 @@ def build_launch(identity: Identity, task_yaml: str, cluster: str, *, retry_unti
     return ApiRequest("POST", "/launch", body=body, idempotent=False)
 
 
-def build_exec(identity: Identity, task_yaml: str, cluster: str) -> ApiRequest:
-    return ApiRequest("POST", "/exec", body=identity.body(task=task_yaml, cluster_name=cluster), idempotent=False)
-
-
 def build_job_status(identity: Identity, cluster: str, job_ids: Sequence[int]) -> ApiRequest:
     return ApiRequest(
         "POST", "/job_status", body=identity.body(cluster_name=cluster, job_ids=[int(j) for j in job_ids])
     )
-
-
-def build_queue(identity: Identity, cluster: str) -> ApiRequest:
-    return ApiRequest("POST", "/queue", body=identity.body(cluster_name=cluster, skip_finished=False, all_users=True))
 
 
 def build_status(identity: Identity, clusters: Sequence[str] | None = None) -> ApiRequest:
@@ -185,6 +174,12 @@ def build_logs(identity: Identity, cluster: str, job_id: int, *, follow: bool, t
     return ApiRequest("POST", "/logs", body=body)
 
 
+def build_request_log(request_id: str) -> ApiRequest:
+    """The log of a request (a launch's provisioning output), followed until the request ends."""
+    params = {"request_id": _check_request_id(request_id), "follow": "true", "format": "plain"}
+    return ApiRequest("GET", "/api/stream", params=params)
+
+
 def build_get(request_id: str) -> ApiRequest:
     return ApiRequest("GET", "/api/get", params={"request_id": _check_request_id(request_id)})
 
@@ -207,11 +202,8 @@ def build_api_cancel(identity: Identity, request_ids: Sequence[str]) -> ApiReque
     return ApiRequest("POST", "/api/cancel", body=identity.body(request_ids=ids, user_id=user_hash(identity.user)))
 
 
-_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{7,63}$")
-
-
 def _check_request_id(request_id: str) -> str:
-    if not isinstance(request_id, str) or not _REQUEST_ID_RE.fullmatch(request_id):
+    if not isinstance(request_id, str) or not REQUEST_ID_RE.fullmatch(request_id):
         raise NpaValidationError(f"request_id={request_id!r} is not a SkyPilot request id (a UUID)")
     return request_id
 
@@ -395,7 +387,7 @@ def parse_request_statuses(status_code: int, payload: Any) -> dict[str, RequestR
 
 
 def parse_launch_result(return_value: Any) -> int | None:
-    """The job id from a launch/exec result ``{"job_id": N, "handle": <pickle, ignored>}``."""
+    """The job id from a launch result ``{"job_id": N, "handle": <pickle, ignored>}``."""
     if not isinstance(return_value, dict) or "job_id" not in return_value:
         raise NpaParseError(f"launch result without job_id: {_short(return_value)}")
     job_id = return_value["job_id"]
@@ -429,232 +421,6 @@ def parse_clusters(return_value: Any) -> dict[str, dict[str, Any]]:
     return clusters
 
 
-def find_job(queue: Any, job_id: int) -> dict[str, Any] | None:
-    """The ``/queue`` record of ``job_id`` (status, resources, ...), if listed."""
-    if not isinstance(queue, list):
-        raise NpaParseError(f"queue result is not a list: {_short(queue)}")
-    for record in queue:
-        if isinstance(record, dict) and str(record.get("job_id")) == str(job_id):
-            return record
-    return None
-
-
 def _short(value: Any, limit: int = 500) -> str:
     text = strip_ansi(value if isinstance(value, str) else repr(value))
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _decode(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return response.text
-
-
-# ---------------------------------------------------------------- transports
-
-_RETRYABLE_STATUS = (502, 503, 504)
-
-
-def _transport_error(endpoint: str, exc: Exception) -> NpaConnectionError:
-    return NpaConnectionError(f"SkyPilot API server at {endpoint} unreachable: {type(exc).__name__}: {exc}")
-
-
-class SkyPilotClient:
-    """Blocking client (operators, sensors)."""
-
-    def __init__(
-        self,
-        endpoint: str,
-        *,
-        token: str | None = None,
-        identity: Identity | None = None,
-        timeout: float = 30.0,
-        retries: int = 3,
-    ) -> None:
-        import httpx
-
-        self.endpoint = endpoint.rstrip("/")
-        self.identity = identity or Identity()
-        self.retries = retries
-        self._http = httpx.Client(base_url=self.endpoint, headers=headers(token), timeout=timeout)
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> SkyPilotClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def send(self, request: ApiRequest, *, timeout: float | None = None) -> httpx.Response:
-        import time
-
-        import httpx
-
-        attempt = 0
-        while True:
-            try:
-                response = self._http.request(
-                    request.method,
-                    request.path,
-                    params=request.params,
-                    json=request.body,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
-            except httpx.ConnectError as exc:  # nothing reached the server: safe to resend
-                error: Exception = exc
-            except httpx.TransportError as exc:
-                if not request.idempotent:
-                    raise _transport_error(self.endpoint, exc) from exc
-                error = exc
-            else:
-                if response.status_code not in _RETRYABLE_STATUS or not request.idempotent:
-                    return response
-                error = SkyPilotApiError(f"{request.path} answered {response.status_code}")
-            attempt += 1
-            if attempt > self.retries:
-                raise _transport_error(self.endpoint, error) from error
-            time.sleep(min(2**attempt, 10))
-
-    def health(self) -> ServerInfo:
-        response = self.send(build_health())
-        return check_compatible(parse_health(response.status_code, _decode(response)), self.endpoint)
-
-    def submit(self, request: ApiRequest) -> str:
-        response = self.send(request)
-        return parse_request_id(response.status_code, response.headers, _decode(response), request.path)
-
-    def get(self, request_id: str, *, timeout: float | None = 600) -> RequestResult:
-        """Wait (server side) for the request to finish and return it."""
-        response = self.send(build_get(request_id), timeout=timeout)
-        return parse_get(response.status_code, _decode(response), request_id)
-
-    def request_statuses(self, request_ids: Sequence[str]) -> dict[str, RequestResult]:
-        response = self.send(build_request_status(request_ids))
-        return parse_request_statuses(response.status_code, _decode(response))
-
-    def call(self, request: ApiRequest, *, timeout: float | None = 600) -> Any:
-        result = self.get(self.submit(request), timeout=timeout)
-        result.raise_for_error()
-        return result.return_value
-
-    def cancel_requests(self, request_ids: Sequence[str]) -> list[str]:
-        cancelled = self.call(build_api_cancel(self.identity, request_ids), timeout=60)
-        return [str(r) for r in cancelled or []]
-
-    def stream_lines(self, request: ApiRequest, *, timeout: float | None = None) -> Iterator[str]:
-        import httpx
-
-        with self._http.stream(
-            request.method,
-            request.path,
-            params=request.params,
-            json=request.body,
-            timeout=httpx.Timeout(30.0, read=timeout),
-        ) as response:
-            if response.status_code != 200:
-                response.read()
-                raise error_from_response(response.status_code, _decode(response), request.path)
-            yield from response.iter_lines()
-
-
-class AsyncSkyPilotClient:
-    """Non-blocking client (triggers, on the triggerer's event loop)."""
-
-    def __init__(
-        self,
-        endpoint: str,
-        *,
-        token: str | None = None,
-        identity: Identity | None = None,
-        timeout: float = 30.0,
-        retries: int = 3,
-    ) -> None:
-        import httpx
-
-        self.endpoint = endpoint.rstrip("/")
-        self.identity = identity or Identity()
-        self.retries = retries
-        self._http = httpx.AsyncClient(base_url=self.endpoint, headers=headers(token), timeout=timeout)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def __aenter__(self) -> AsyncSkyPilotClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def send(self, request: ApiRequest, *, timeout: float | None = None) -> httpx.Response:
-        import asyncio
-
-        import httpx
-
-        attempt = 0
-        while True:
-            try:
-                response = await self._http.request(
-                    request.method,
-                    request.path,
-                    params=request.params,
-                    json=request.body,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
-            except httpx.ConnectError as exc:
-                error: Exception = exc
-            except httpx.TransportError as exc:
-                if not request.idempotent:
-                    raise _transport_error(self.endpoint, exc) from exc
-                error = exc
-            else:
-                if response.status_code not in _RETRYABLE_STATUS or not request.idempotent:
-                    return response
-                error = SkyPilotApiError(f"{request.path} answered {response.status_code}")
-            attempt += 1
-            if attempt > self.retries:
-                raise _transport_error(self.endpoint, error) from error
-            await asyncio.sleep(min(2**attempt, 10))
-
-    async def health(self) -> ServerInfo:
-        response = await self.send(build_health())
-        return check_compatible(parse_health(response.status_code, _decode(response)), self.endpoint)
-
-    async def submit(self, request: ApiRequest) -> str:
-        response = await self.send(request)
-        return parse_request_id(response.status_code, response.headers, _decode(response), request.path)
-
-    async def get(self, request_id: str, *, timeout: float | None = 600) -> RequestResult:
-        response = await self.send(build_get(request_id), timeout=timeout)
-        return parse_get(response.status_code, _decode(response), request_id)
-
-    async def request_statuses(self, request_ids: Sequence[str]) -> dict[str, RequestResult]:
-        response = await self.send(build_request_status(request_ids))
-        return parse_request_statuses(response.status_code, _decode(response))
-
-    async def call(self, request: ApiRequest, *, timeout: float | None = 600) -> Any:
-        result = await self.get(await self.submit(request), timeout=timeout)
-        result.raise_for_error()
-        return result.return_value
-
-    async def cancel_requests(self, request_ids: Sequence[str]) -> list[str]:
-        cancelled = await self.call(build_api_cancel(self.identity, request_ids), timeout=60)
-        return [str(r) for r in cancelled or []]
-
-    async def stream_lines(self, request: ApiRequest, *, timeout: float | None = None) -> AsyncIterator[str]:
-        import httpx
-
-        async with self._http.stream(
-            request.method,
-            request.path,
-            params=request.params,
-            json=request.body,
-            timeout=httpx.Timeout(30.0, read=timeout),
-        ) as response:
-            if response.status_code != 200:
-                await response.aread()
-                raise error_from_response(response.status_code, _decode(response), request.path)
-            async for line in response.aiter_lines():
-                yield line

@@ -1,7 +1,7 @@
-"""The SkyPilot HTTP protocol: request building, and parsing of answers recorded from a real 0.14.1 server.
+"""The SkyPilot HTTP protocol (burst/client/protocol.py): request building, and parsing of answers recorded
+from a real 0.14.1 server.
 
 The samples under samples/ were recorded by tests/skypilot/record_samples.py against `dev/skypilot up`.
-The transport tests replay them through httpx.MockTransport (a stand-in at the HTTP boundary only).
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 
 from npa_airflow.burst import client as sky
@@ -179,71 +178,6 @@ def test_job_states_map_to_the_shared_vocabulary(native, state):
 )
 def test_log_lines_lose_ansi_and_control_codes(line, shown):
     assert sky.clean_log_line(line) == shown
-
-
-# ---------------------------------------------------------------- transports (recorded answers)
-
-
-def replay(routes: dict[tuple[str, str], list[dict]], seen: list[httpx.Request]):
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        rec = routes[(request.method, request.url.path)].pop(0)
-        return httpx.Response(rec["status_code"], headers=rec["headers"], json=rec["body"])
-
-    return httpx.MockTransport(handler)
-
-
-def recorded_routes():
-    return {
-        ("GET", "/api/health"): [sample("health")],
-        ("POST", "/queue"): [sample("queue_missing_cluster_submit")],
-        ("GET", "/api/get"): [sample("queue_missing_cluster_get")],
-    }
-
-
-def test_sync_client_call_raises_the_servers_error():
-    seen: list[httpx.Request] = []
-    client = sky.SkyPilotClient("http://sky.test")
-    client._http = httpx.Client(
-        base_url="http://sky.test", headers=sky.headers("t0k"), transport=replay(recorded_routes(), seen)
-    )
-    assert client.health().api_version == 62
-    with pytest.raises(sky.SkyPilotApiError, match="ClusterDoesNotExist"):
-        client.call(sky.build_queue(client.identity, "npa-no-such-cluster"))
-    assert [r.url.path for r in seen] == ["/api/health", "/queue", "/api/get"]
-    assert all(r.headers["X-SkyPilot-API-Version"] == "62" for r in seen)
-    assert seen[1].headers["Authorization"] == "Bearer t0k"
-    assert (
-        seen[2].url.params["request_id"] == sample("queue_missing_cluster_submit")["headers"]["x-skypilot-request-id"]
-    )
-
-
-async def test_async_client_speaks_the_same_protocol():
-    seen: list[httpx.Request] = []
-    client = sky.AsyncSkyPilotClient("http://sky.test")
-    client._http = httpx.AsyncClient(
-        base_url="http://sky.test", headers=sky.headers(None), transport=replay(recorded_routes(), seen)
-    )
-    assert (await client.health()).version == "0.14.1"
-    with pytest.raises(sky.SkyPilotApiError, match="ClusterDoesNotExist"):
-        await client.call(sky.build_queue(client.identity, "npa-no-such-cluster"))
-    assert [r.url.path for r in seen] == ["/api/health", "/queue", "/api/get"]
-    assert "Authorization" not in seen[1].headers
-    await client.aclose()
-
-
-def test_launch_is_not_resent_after_an_ambiguous_transport_error():
-    calls = []
-
-    def handler(request):
-        calls.append(request)
-        raise httpx.ReadTimeout("slow", request=request)
-
-    client = sky.SkyPilotClient("http://sky.test", retries=3)
-    client._http = httpx.Client(base_url="http://sky.test", transport=httpx.MockTransport(handler))
-    with pytest.raises(NpaConnectionError, match="unreachable: ReadTimeout"):
-        client.submit(sky.build_launch(client.identity, "x", "c"))
-    assert len(calls) == 1
 
 
 def test_recorded_job_and_launch_logs_are_cleaned():

@@ -1,0 +1,107 @@
+"""``SkyPilotClient``: the blocking face of ``AsyncSkyPilotClient`` for operators, sensors and the plugin.
+
+Like ``SlurmHook``'s sync methods, each call runs the async client's coroutine on a private event-loop thread,
+so the protocol and its retry policy exist once, and the client's connections live on one loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from npa_airflow.burst.client.protocol import ApiRequest, Identity, RequestResult, ServerInfo
+from npa_airflow.burst.client.transport import AsyncSkyPilotClient
+
+if TYPE_CHECKING:
+    import httpx
+
+T = TypeVar("T")
+
+
+class BackgroundLoop:
+    """One event-loop thread per process that runs the sync facades' coroutines."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+    _pid: int | None = None
+
+    @classmethod
+    def run(cls, coro: Coroutine[Any, Any, T]) -> T:
+        with cls._lock:
+            if cls._loop is None or cls._pid != os.getpid() or not cls._loop.is_running():
+                loop = asyncio.new_event_loop()
+                started = threading.Event()
+
+                def serve() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(started.set)
+                    loop.run_forever()
+
+                threading.Thread(target=serve, name="npa-skypilot-http", daemon=True).start()
+                started.wait()
+                cls._loop, cls._pid = loop, os.getpid()
+        return asyncio.run_coroutine_threadsafe(coro, cls._loop).result()
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the background loop and wait for its result (from a thread without a running loop)."""
+    return BackgroundLoop.run(coro)
+
+
+class SkyPilotClient:
+    """Blocking client: the same constructor and methods as ``AsyncSkyPilotClient``, without ``await``."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        token: str | None = None,
+        identity: Identity | None = None,
+        timeout: float = 30.0,
+        retries: int = 3,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.core = AsyncSkyPilotClient(
+            endpoint, token=token, identity=identity, timeout=timeout, retries=retries, transport=transport
+        )
+
+    @property
+    def endpoint(self) -> str:
+        return self.core.endpoint
+
+    @property
+    def identity(self) -> Identity:
+        return self.core.identity
+
+    def close(self) -> None:
+        run_sync(self.core.aclose())
+
+    def __enter__(self) -> SkyPilotClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, request: ApiRequest, *, timeout: float | None = None) -> httpx.Response:
+        return run_sync(self.core.send(request, timeout=timeout))
+
+    def health(self) -> ServerInfo:
+        return run_sync(self.core.health())
+
+    def submit(self, request: ApiRequest) -> str:
+        return run_sync(self.core.submit(request))
+
+    def get(self, request_id: str, *, timeout: float | None = 600) -> RequestResult:
+        return run_sync(self.core.get(request_id, timeout=timeout))
+
+    def request_statuses(self, request_ids: Sequence[str]) -> dict[str, RequestResult]:
+        return run_sync(self.core.request_statuses(request_ids))
+
+    def call(self, request: ApiRequest, *, timeout: float | None = 600) -> Any:
+        return run_sync(self.core.call(request, timeout=timeout))
+
+    def cancel_requests(self, request_ids: Sequence[str]) -> list[str]:
+        return run_sync(self.core.cancel_requests(request_ids))

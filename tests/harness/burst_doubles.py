@@ -1,0 +1,62 @@
+"""Burst test doubles: a scripted stand-in for ``AsyncSkyPilotClient``, replayed HTTP answers, and a request
+the production code no longer sends (``/queue``) that the recorded samples were made with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from npa_airflow.burst import client as sky
+
+
+class ScriptedClient:
+    """Stand-in for AsyncSkyPilotClient at the HTTP boundary: every call takes the next scripted answer (an
+    exception is raised) and is recorded in ``asked`` as ``(op, argument)``."""
+
+    def __init__(self, answers: list[Any], identity: sky.Identity | None = None) -> None:
+        self.answers = list(answers)
+        self.identity = identity or sky.Identity()
+        self.endpoint = "http://sky.test"
+        self.asked: list[tuple[str, Any]] = []
+        self.calls = 0
+
+    def _answer(self, op: str, arg: Any) -> Any:
+        self.calls += 1
+        self.asked.append((op, arg))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def request_statuses(self, request_ids):
+        return self._answer("statuses", list(request_ids))
+
+    async def cancel_requests(self, request_ids):
+        return self._answer("cancel", list(request_ids))
+
+    async def get(self, request_id, *, timeout=None):
+        return self._answer("get", request_id)
+
+    async def call(self, request, *, timeout=None):
+        return self._answer("call", request)
+
+    async def submit(self, request):
+        return self._answer("submit", request)
+
+
+def build_queue(identity: sky.Identity, cluster: str) -> sky.ApiRequest:
+    """``/queue`` of a cluster: on a missing cluster it fails with ClusterDoesNotExist (a recorded sample)."""
+    body = identity.body(cluster_name=cluster, skip_finished=False, all_users=True)
+    return sky.ApiRequest("POST", "/queue", body=body)
+
+
+def replay(routes: dict[tuple[str, str], list[dict]], seen: list[httpx.Request]) -> httpx.MockTransport:
+    """A transport answering each (method, path) with its next recorded answer; requests are kept in ``seen``."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        rec = routes[(request.method, request.url.path)].pop(0)
+        return httpx.Response(rec["status_code"], headers=rec["headers"], json=rec["body"])
+
+    return httpx.MockTransport(handler)

@@ -1,0 +1,108 @@
+"""SkyPilotHook (burst/hook.py): the cancel and teardown sequence it sends, over a scripted client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from unittest import mock
+
+from npa_airflow.burst import client as sky
+from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.burst.hook import SkyPilotHook
+from tests.harness.burst_doubles import ScriptedClient
+
+RID = "63e57704-ba0f-4b9a-a7d1-74dd0df7ba6d"
+LOG = logging.getLogger("test")
+
+
+def handle(**overrides) -> BurstJobHandle:
+    args = dict(
+        conn_id="skypilot_default",
+        endpoint="http://127.0.0.1:46580",
+        cluster="npa-demo-0123456789-t1",
+        name="demo",
+        request_id=RID,
+        submitted_at=1796217346.5,
+    )
+    args.update(overrides)
+    return BurstJobHandle(**args)
+
+
+def drive(job: BurstJobHandle, answers: list, **kwargs) -> list:
+    """Cancel and tear down ``job`` against scripted answers; return the steps asked for (``("sleep", s)`` for
+    each pause between teardown attempts)."""
+    client = ScriptedClient(answers)
+
+    async def pause(seconds: float) -> None:
+        client.asked.append(("sleep", seconds))
+
+    with mock.patch("npa_airflow.burst.hook.apause", pause):
+        asyncio.run(SkyPilotHook(client=client).acancel_and_teardown(job, LOG, **kwargs))
+    return client.asked
+
+
+def paths(asked):
+    return [(op, arg.path if isinstance(arg, sky.ApiRequest) else arg) for op, arg in asked]
+
+
+def test_cancel_during_launch_cancels_the_request_then_downs_the_cluster():
+    running = sky.RequestResult(request_id=RID, name="sky.launch", status="RUNNING")
+    asked = drive(handle(), [{RID: running}, [RID], None])
+    assert paths(asked) == [("statuses", [RID]), ("cancel", [RID]), ("call", "/down")]
+    assert asked[2][1].body["cluster_name"] == "npa-demo-0123456789-t1"
+
+
+def test_cancel_after_launch_finished_cancels_the_job_it_created():
+    done = sky.RequestResult(request_id=RID, name="sky.launch", status="SUCCEEDED")
+    got = sky.RequestResult(request_id=RID, name="sky.launch", status="SUCCEEDED", return_value={"job_id": 4})
+    asked = drive(handle(), [{RID: done}, got, None, None])
+    assert paths(asked) == [("statuses", [RID]), ("get", RID), ("call", "/cancel"), ("call", "/down")]
+    assert asked[2][1].body["job_ids"] == [4]
+
+
+def test_cancel_of_a_known_job_and_kept_cluster():
+    asked = drive(handle(job_id=2, teardown="keep"), [None])
+    assert paths(asked) == [("call", "/cancel")]
+
+
+def test_without_waiting_the_cancel_and_teardown_are_only_submitted():
+    """The triggerer bounds on_kill (30 s): the API server must be left to finish cancel and teardown."""
+    asked = drive(handle(job_id=2), ["r-cancel", "r-down"], wait=False)
+    assert paths(asked) == [("submit", "/cancel"), ("submit", "/down")]
+    done = sky.RequestResult(request_id=RID, name="sky.launch", status="SUCCEEDED")
+    got = sky.RequestResult(request_id=RID, name="sky.launch", status="SUCCEEDED", return_value={"job_id": 4})
+    asked = drive(handle(), [{RID: done}, got, "r-cancel", "r-down"], wait=False)
+    assert paths(asked) == [("statuses", [RID]), ("get", RID), ("submit", "/cancel"), ("submit", "/down")]
+    assert asked[2][1].body["job_ids"] == [4]
+
+
+def test_teardown_only_after_a_normal_ending_and_a_gone_cluster_is_fine():
+    gone = sky.SkyPilotApiError("gone", error_type="ClusterDoesNotExist")
+    asked = drive(handle(job_id=2), [gone], cancel=False)
+    assert paths(asked) == [("call", "/down")]
+
+
+def test_a_failed_teardown_is_retried_then_reported(caplog):
+    flaky = sky.SkyPilotApiError("scancel failed", error_type="CommandError")
+    asked = drive(handle(job_id=2), [flaky, None], cancel=False)
+    assert paths(asked) == [("call", "/down"), ("sleep", 5.0), ("call", "/down")]
+    with caplog.at_level(logging.WARNING, logger="test"):
+        asked = drive(handle(job_id=2), [flaky, flaky, flaky], cancel=False)
+    assert [op for op, _ in asked] == ["call", "sleep", "call", "sleep", "call"]
+    assert "may still hold nodes" in caplog.text
+
+
+def test_the_sync_facade_runs_the_same_sequence():
+    client = ScriptedClient([None])
+    SkyPilotHook(client=client).cancel_and_teardown(handle(job_id=2), LOG, cancel=False)
+    assert [(op, arg.path) for op, arg in client.asked] == [("call", "/down")]
+
+
+def test_the_plugins_entry_runs_the_hooks_sequence_on_a_blocking_client():
+    from types import SimpleNamespace
+
+    from npa_airflow.burst.watch import cancel_steps, run_steps
+
+    client = ScriptedClient([None, None])
+    run_steps(SimpleNamespace(core=client), cancel_steps(handle(job_id=2), client.identity, LOG))
+    assert [(op, arg.path) for op, arg in client.asked] == [("call", "/cancel"), ("call", "/down")]
