@@ -308,7 +308,7 @@ class SkyPilotHook(BaseHook):
     # -- sync facade (operators and sensors run on a worker thread without a loop) --------------------------------
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        from npa_airflow.burst.client.sync import run_sync
+        from npa_airflow.common.background_loop import run_sync
 
         return run_sync(coro)
 

@@ -298,8 +298,8 @@ def cancel_steps(
 
 def run_steps(client: sky.SkyPilotClient, plan: CancelPlan) -> None:
     """Cancel and tear down through ``client`` (a blocking client, e.g. ``SkyPilotHook.get_client()``)."""
-    from npa_airflow.burst.client.sync import run_sync
     from npa_airflow.burst.hook import SkyPilotHook
+    from npa_airflow.common.background_loop import run_sync
 
     hook = SkyPilotHook(plan.handle.conn_id, client=client.core)
     run_sync(

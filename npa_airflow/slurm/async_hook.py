@@ -163,14 +163,6 @@ class AsyncSlurmHook(BaseHook):
             stdout=as_bytes(done.stdout), stderr=as_bytes(done.stderr), returncode=done.exit_status, host=host
         )
 
-    async def astage(
-        self, files: Sequence[StagedFile], *, required_paths: Sequence[str] = (), mkdirs: Sequence[str] = ()
-    ) -> None:
-        """Check inputs exist, then create dirs and write files, in one round trip."""
-        command, stdin = build_stage(files, required_paths=required_paths, mkdirs=mkdirs)
-        result = await self.arun(command, stdin=stdin, check=False)
-        self._raise_for_stage(result)
-
     async def astage_and_submit(
         self,
         files: Sequence[StagedFile],
@@ -277,11 +269,6 @@ class AsyncSlurmHook(BaseHook):
             return []
         result = await self.arun(commands.build_tail_logs(requests, max_bytes), check=True)
         return commands.parse_tail_logs(result.stdout, requests)
-
-    async def atail_log(self, path: str, offset: int, max_bytes: int = 1 << 20) -> tuple[bytes, int]:
-        """New bytes of one file and the offset after them."""
-        chunk = (await self.atail_logs([(path, offset)], max_bytes))[0]
-        return chunk.data, chunk.offset
 
     async def apaths_exist(self, paths: Sequence[str]) -> dict[str, bool]:
         if not paths:

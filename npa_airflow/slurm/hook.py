@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
+from npa_airflow.common.background_loop import run_sync
 from npa_airflow.slurm import commands
 from npa_airflow.slurm.async_hook import AsyncSlurmHook
-from npa_airflow.slurm.ssh import MAX_CHANNELS_PER_CONNECTION, BackgroundLoop, CommandResult
+from npa_airflow.slurm.ssh import MAX_CHANNELS_PER_CONNECTION, CommandResult
 from npa_airflow.slurm.ssh import loop_pool as _pool  # benchmarks count connections through hook._pool()
 from npa_airflow.slurm.staging import StagedFile
 
@@ -30,13 +31,10 @@ class SlurmHook(AsyncSlurmHook):
     hook_name = "Slurm (SSH login host)"
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        return BackgroundLoop.run(coro)
+        return run_sync(coro)
 
     def run(self, argv: Sequence[str] | str, **kwargs: Any) -> CommandResult:
         return self._sync(self.arun(argv, **kwargs))
-
-    def stage(self, files: Sequence[StagedFile], **kwargs: Any) -> None:
-        self._sync(self.astage(files, **kwargs))
 
     def stage_and_submit(self, files: Sequence[StagedFile], script_path: str, **kwargs: Any) -> commands.SubmitResult:
         return self._sync(self.astage_and_submit(files, script_path, **kwargs))
@@ -49,9 +47,6 @@ class SlurmHook(AsyncSlurmHook):
 
     def tail_logs(self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20) -> list[commands.LogChunk]:
         return self._sync(self.atail_logs(requests, max_bytes))
-
-    def tail_log(self, path: str, offset: int, max_bytes: int = 1 << 20) -> tuple[bytes, int]:
-        return self._sync(self.atail_log(path, offset, max_bytes))
 
     def paths_exist(self, paths: Sequence[str]) -> dict[str, bool]:
         return self._sync(self.apaths_exist(paths))

@@ -2,7 +2,7 @@
 
 Connections are pooled per (event loop, connection identity): a triggerer process holds one connection per
 cluster for all of its triggers, and a worker's sync calls share one connection on a private background loop
-(:class:`BackgroundLoop`). Login hosts are tried in order (failover); a round over all of them is retried with
+(common/background_loop.py). Login hosts are tried in order (failover); a round over all of them is retried with
 the jittered backoff of :mod:`npa_airflow.common.retry`.
 """
 
@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import weakref
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -72,31 +70,6 @@ def loop_pool() -> ConnectionPool:
     if pool is None:
         pool = _POOLS[loop] = ConnectionPool()
     return pool
-
-
-class BackgroundLoop:
-    """A private event loop thread for the sync facade, so pooled connections outlive single calls."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-    _pid: int | None = None
-
-    @classmethod
-    def run(cls, coro: Coroutine[Any, Any, T]) -> T:
-        with cls._lock:
-            if cls._loop is None or cls._pid != os.getpid() or not cls._loop.is_running():
-                loop = asyncio.new_event_loop()
-                started = threading.Event()
-
-                def _serve() -> None:
-                    asyncio.set_event_loop(loop)
-                    loop.call_soon(started.set)
-                    loop.run_forever()
-
-                threading.Thread(target=_serve, name="npa-slurm-ssh", daemon=True).start()
-                started.wait()
-                cls._loop, cls._pid = loop, os.getpid()
-        return asyncio.run_coroutine_threadsafe(coro, cls._loop).result()
 
 
 def _known_hosts_option(cfg: SlurmConnectionConfig, log: logging.Logger) -> Any:

@@ -13,7 +13,9 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from npa_airflow.exceptions import NpaParseError, NpaValidationError
+from npa_airflow.exceptions import NpaParseError
+from npa_airflow.slurm.commands.builders import build_sbatch_submit
+from npa_airflow.slurm.commands.validation import validate_remote_path
 
 EXIT_MISSING_INPUTS = 3
 EXIT_STAGING_FAILED = 4
@@ -29,18 +31,10 @@ class StagedFile:
     mode: int = 0o600
 
 
-def check_remote_path(path: str, what: str = "path") -> str:
-    if not path.startswith("/"):
-        raise NpaValidationError(f"{what} {path!r} must be an absolute path on the cluster")
-    if "\n" in path or "\0" in path or "\r" in path:
-        raise NpaValidationError(f"{what} {path!r} contains a newline, carriage return or NUL byte")
-    return path
-
-
 def _existence_check(paths: Sequence[str]) -> list[str]:
     if not paths:
         return []
-    quoted = " ".join(shlex.quote(check_remote_path(p, "required input")) for p in paths)
+    quoted = " ".join(shlex.quote(validate_remote_path(p, "required input")) for p in paths)
     return [
         "missing=0",
         f"for p in {quoted}; do",
@@ -51,7 +45,7 @@ def _existence_check(paths: Sequence[str]) -> list[str]:
 
 
 def _write_stanza(staged: StagedFile) -> str:
-    path = check_remote_path(staged.path, "staged file")
+    path = validate_remote_path(staged.path, "staged file")
     target = shlex.quote(path)
     directory = shlex.quote(posixpath.dirname(path) or "/")
     temp_pattern = shlex.quote(path + ".tmp.XXXXXX")
@@ -70,7 +64,7 @@ def build_stage(
     lines = ["set -u", *_existence_check(required_paths), "umask 077"]
     for directory in mkdirs:
         lines.append(
-            f"mkdir -p -- {shlex.quote(check_remote_path(directory, 'directory'))} || exit {EXIT_STAGING_FAILED}"
+            f"mkdir -p -- {shlex.quote(validate_remote_path(directory, 'directory'))} || exit {EXIT_STAGING_FAILED}"
         )
     lines.extend(_write_stanza(f) for f in files)
     stdin = b"".join(base64.b64encode(f.data) + b"\n" for f in files)
@@ -88,7 +82,7 @@ def build_stage_and_submit(
 ) -> tuple[str, bytes]:
     """Like :func:`build_stage`, then ``sbatch --parsable`` the script; sbatch's rc is reported on stdout."""
     command, stdin = build_stage(files, required_paths=required_paths, mkdirs=mkdirs)
-    argv = ["sbatch", "--parsable", *(["-M", cluster] if cluster else []), *sbatch_args, script_path]
+    argv = build_sbatch_submit(script_path, sbatch_args, cluster)
     submit = [
         f"printf '{SBATCH_BEGIN}\\n'",
         f"{shlex.join(argv)}; rc=$?",

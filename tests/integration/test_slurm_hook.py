@@ -15,6 +15,7 @@ from npa_airflow.slurm import ssh
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.staging import StagedFile
+from tests.harness.remote_files import aput_files, aread_from
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +75,7 @@ async def test_run_returns_output_and_exit_status(hook):
 async def test_write_file_is_atomic_and_private(hook, workdir):
     path = f"{workdir}/secret.env"
     data = b"export HF_TOKEN=canary\n\x00\xff binary tail"
-    await hook.astage([StagedFile(path, data)])
+    await aput_files(hook, [StagedFile(path, data)])
     mode = await hook.arun(["stat", "-c", "%a %U", path])
     assert mode.text.split() == ["600", "npa"]
     back = await hook.arun(["cat", path])
@@ -90,7 +91,7 @@ async def test_submit_complete_failed_and_batched_states(hook, workdir):
     assert (bad_info.state, bad_info.native_state, bad_info.exit_code) == (JobState.ERROR, "FAILED", 7)
     both = await hook.ajob_states([ok, bad, "999999"])
     assert set(both) == {ok, bad}  # one call answers for many ids; an unknown id is absent, not an error
-    assert (await hook.atail_log(f"{workdir}/{ok}.out", 0))[0] == b"hello\n"
+    assert (await aread_from(hook, f"{workdir}/{ok}.out", 0))[0] == b"hello\n"
 
 
 async def test_cancel_and_cancel_again(hook, workdir):
@@ -118,13 +119,13 @@ async def test_node_fail_is_seen_as_error(hook, workdir, cluster_admin):
 
 async def test_tail_log_returns_only_new_bytes(hook, workdir):
     path = f"{workdir}/grow.log"
-    await hook.astage([StagedFile(path, b"line1\n", 0o644)])
-    data, offset = await hook.atail_log(path, 0)
+    await aput_files(hook, [StagedFile(path, b"line1\n", 0o644)])
+    data, offset = await aread_from(hook, path, 0)
     assert (data, offset) == (b"line1\n", 6)
     await hook.arun(f"printf 'line2\\n' >> {path}")
-    data, offset = await hook.atail_log(path, offset)
+    data, offset = await aread_from(hook, path, offset)
     assert (data, offset) == (b"line2\n", 12)
-    assert (await hook.atail_log(path, offset)) == (b"", 12)
+    assert (await aread_from(hook, path, offset)) == (b"", 12)
 
 
 async def test_paths_and_missing_inputs_refused_before_writing(hook, workdir):

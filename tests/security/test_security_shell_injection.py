@@ -24,6 +24,7 @@ from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm import commands
 from npa_airflow.slurm.poller import build_commit_offsets, build_read_offsets
 from npa_airflow.slurm.staging import StagedFile, build_stage
+from tests.harness.remote_files import put_files, read_from
 
 pytestmark = pytest.mark.integration
 
@@ -170,19 +171,15 @@ def test_paths_stage_test_and_tail_as_data(pooled_hook, scratch):
                     build_stage([], required_paths=[p])
                 with pytest.raises(NpaValidationError):
                     commands.build_tail_logs([(p, 0)], 1024)
-                with pytest.raises(NpaValidationError):
-                    commands.build_path_exists([p])
             if not files:
                 continue
             ok = [f.path for f in files]
-            pooled_hook.stage(files)
+            put_files(pooled_hook, files)
             tails = pooled_hook.tail_logs([(p, 0) for p in ok])
             assert [(c.path, c.data) for c in tails] == [(p, paths[p].encode()) for p in ok]
             absent = [p + ".absent" for p in ok]
             expected = {**dict.fromkeys(ok, True), **dict.fromkeys(absent, False)}
             assert pooled_hook.paths_exist(ok + absent) == expected
-            check = pooled_hook.run(commands.build_path_exists(ok + absent))
-            assert commands.parse_path_exists(check.text, ok + absent) == expected
         seen.extend(batch)
 
     prop()
@@ -252,8 +249,6 @@ def test_job_names_are_refused_or_inert(pooled_hook):
         pytest.param(lambda s: build_stage([], required_paths=["/tmp/x" + s]), id="test-e-path"),
         pytest.param(lambda s: build_stage([], mkdirs=["/tmp/x" + s]), id="mkdir-path"),
         pytest.param(lambda s: commands.build_tail_logs([("/tmp/x" + s, 0)], 10), id="tail-path"),
-        pytest.param(lambda s: commands.build_path_exists(["/tmp/x" + s]), id="exists-path"),
-        pytest.param(lambda s: commands.build_write_file("/tmp/x" + s), id="write-path"),
         pytest.param(lambda s: commands.build_sbatch_submit("/tmp/x" + s), id="sbatch-script"),
         pytest.param(lambda s: commands.build_sbatch_submit("/tmp/x", ["--comment=" + s]), id="sbatch-arg"),
         pytest.param(lambda s: validate_job_name("a" + s), id="job-name"),
@@ -328,7 +323,7 @@ def test_environment_values_in_a_rendered_script_reach_the_job_as_data(pooled_ho
         [StagedFile(script_path, render_sbatch(spec).encode(), 0o700)], script_path, mkdirs=list(spec.log_dirs)
     )
     info = _wait_done(pooled_hook, submitted.job_id)
-    assert info.exit_code == 0, pooled_hook.tail_log(spec.stderr_path, 0)[0][-2000:]
+    assert info.exit_code == 0, read_from(pooled_hook, spec.stderr_path, 0)[0][-2000:]
     (chunk,) = pooled_hook.tail_logs([(out, 0)], max_bytes=1 << 24)
     assert chunk.data.split(b"\0")[:-1] == [v.encode() for v in values]
     assert_canary_absent(pooled_hook)
@@ -368,7 +363,7 @@ def test_secret_values_in_the_sidecar_reach_the_job_as_data(pooled_hook, scratch
     handle = deferred.value.trigger.handle
     reset_pollers()
     info = _wait_done(pooled_hook, handle["job_id"])
-    assert info.exit_code == 0, pooled_hook.tail_log(handle["stderr_path"], 0)[0][-2000:]
+    assert info.exit_code == 0, read_from(pooled_hook, handle["stderr_path"], 0)[0][-2000:]
     (chunk,) = pooled_hook.tail_logs([(out, 0)], max_bytes=1 << 24)
     assert chunk.data.split(b"\0")[:-1] == [v.encode() for v in secrets]
     assert not pooled_hook.path_exists(f"{scratch}/operator/sidecars/{handle['job_name']}.env")  # shredded

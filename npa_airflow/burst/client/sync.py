@@ -6,49 +6,17 @@ so the protocol and its retry policy exist once, and the client's connections li
 
 from __future__ import annotations
 
-import asyncio
-import os
-import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from npa_airflow.burst.client.protocol import ApiRequest, Identity, RequestResult, ServerInfo
 from npa_airflow.burst.client.transport import AsyncSkyPilotClient
+from npa_airflow.common.background_loop import run_sync
 
 if TYPE_CHECKING:
     import httpx
 
 T = TypeVar("T")
-
-
-class BackgroundLoop:
-    """One event-loop thread per process that runs the sync facades' coroutines."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-    _pid: int | None = None
-
-    @classmethod
-    def run(cls, coro: Coroutine[Any, Any, T]) -> T:
-        with cls._lock:
-            if cls._loop is None or cls._pid != os.getpid() or not cls._loop.is_running():
-                loop = asyncio.new_event_loop()
-                started = threading.Event()
-
-                def serve() -> None:
-                    asyncio.set_event_loop(loop)
-                    loop.call_soon(started.set)
-                    loop.run_forever()
-
-                threading.Thread(target=serve, name="npa-skypilot-http", daemon=True).start()
-                started.wait()
-                cls._loop, cls._pid = loop, os.getpid()
-        return asyncio.run_coroutine_threadsafe(coro, cls._loop).result()
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on the background loop and wait for its result (from a thread without a running loop)."""
-    return BackgroundLoop.run(coro)
 
 
 class SkyPilotClient:

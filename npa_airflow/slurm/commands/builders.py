@@ -48,16 +48,16 @@ def _bash(script: str) -> str:
 # sbatch
 
 
+# ---------------------------------------------------------------------------------------------------------
+# sacct / squeue
+
+
 def build_sbatch_submit(script_path: str, sbatch_args: Sequence[str] = (), cluster: str | None = None) -> list[str]:
     """``sbatch --parsable [args] <script>``; extra args must be single ``--option[=value]`` words."""
     for arg in sbatch_args:
         if not isinstance(arg, str) or not arg.startswith("--") or any(c in arg for c in "\x00\n\r"):
             raise NpaValidationError(f"sbatch argument {arg!r} must be one '--option[=value]' without newlines")
     return ["sbatch", "--parsable", *cluster_args(cluster), *sbatch_args, validate_remote_path(script_path)]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# sacct / squeue
 
 
 def _sacct_base(cluster: str | None) -> list[str]:
@@ -133,32 +133,3 @@ def build_partitions(cluster: str | None = None) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------------------
 # Files
-
-
-def build_write_file(path: str, mode: int = 0o600) -> str:
-    """Read stdin and write it to ``path`` atomically: umask 077, mkdir -p, temp file in the same dir, mv."""
-    validate_remote_path(path)
-    if path.endswith("/"):
-        raise NpaValidationError(f"path={path!r} names a directory; give a file path")
-    if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o7777:
-        raise NpaValidationError(f"mode={mode!r} must be a permission value such as 0o600")
-    parent, _, base = path.rpartition("/")
-    parent = parent or "/"
-    qpath, qparent = shlex.quote(path), shlex.quote(parent)
-    tmp_template = shlex.quote(f"{parent.rstrip('/')}/.{base[:64]}.npa-tmp.XXXXXX")
-    script = (
-        f"umask 077; mkdir -p -- {qparent} || exit 1; "
-        f"t=$(mktemp {tmp_template}) || exit 1; "
-        f'if cat > "$t" && chmod {mode:o} "$t" && mv -fT -- "$t" {qpath}; then exit 0; fi; '
-        'rm -f -- "$t"; exit 1'
-    )
-    return _bash(script)
-
-
-def build_path_exists(paths: Sequence[str]) -> str:
-    """Prints one line per path, in order: ``1`` if it exists (``test -e``), else ``0``."""
-    if not paths:
-        raise NpaValidationError("paths is empty: give at least one path")
-    quoted = " ".join(shlex.quote(validate_remote_path(p)) for p in paths)
-    script = f'for p in {quoted}; do if [ -e "$p" ]; then echo 1; else echo 0; fi; done'
-    return _bash(script)

@@ -295,12 +295,3 @@ def parse_partitions(stdout: str) -> dict[str, PartitionInfo]:
             nodes=_none_if(_field(line, "Nodes") or "", "(null)"),
         )
     return partitions
-
-
-def parse_path_exists(stdout: str, paths: Sequence[str]) -> dict[str, bool]:
-    answers = [line.strip() for line in stdout.splitlines() if line.strip() in {"0", "1"}]
-    if len(answers) != len(paths):
-        raise NpaParseError(
-            f"path check printed {len(answers)} answers for {len(paths)} paths: {_quote_output(stdout)}"
-        )
-    return {p: a == "1" for p, a in zip(paths, answers, strict=True)}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 
 import pytest
@@ -111,50 +110,3 @@ def test_parse_tail_logs_detects_cut_output(tmp_path):
     for cut in (full[: full.index(b"NPA-TAIL 1")], full[: -len(b"NPA-TAIL-END\n")], b""):
         with pytest.raises(NpaParseError):
             c.parse_tail_logs(cut, requests)
-
-
-# --------------------------------------------------------------------------------------------- write file
-
-
-def test_write_file_atomically_with_mode(tmp_path):
-    target = tmp_path / "new dir" / "sub" / "job's.env"
-    result = run(c.build_write_file(str(target), 0o600), stdin=b"export HF_TOKEN=abc\n\x00bin")
-    assert result.returncode == 0, result.stderr
-    assert target.read_bytes() == b"export HF_TOKEN=abc\n\x00bin"
-    assert stat.S_IMODE(target.stat().st_mode) == 0o600
-    assert stat.S_IMODE(target.parent.stat().st_mode) == 0o700  # umask 077 for created dirs
-    assert sorted(p.name for p in target.parent.iterdir()) == ["job's.env"]  # no temp file left
-    result = run(c.build_write_file(str(target), 0o750), stdin=b"#!/bin/bash\n")
-    assert result.returncode == 0
-    assert target.read_bytes() == b"#!/bin/bash\n"
-    assert stat.S_IMODE(target.stat().st_mode) == 0o750
-
-
-def test_write_file_failure_leaves_no_temp_file(tmp_path):
-    target = tmp_path / "dir-is-here"
-    target.mkdir()
-    (target / "child").write_text("x")  # mv onto a non-empty directory fails
-    result = run(c.build_write_file(str(target), 0o600), stdin=b"data")
-    assert result.returncode != 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir-is-here"]
-
-
-@pytest.mark.parametrize(("path", "mode"), [("rel", 0o600), ("/a/", 0o600), ("/a\nb", 0o600), ("/a", 0o70000)])
-def test_build_write_file_validates(path, mode):
-    with pytest.raises(NpaValidationError):
-        c.build_write_file(path, mode)
-
-
-# --------------------------------------------------------------------------------------------- path exists
-
-
-def test_path_exists(tmp_path):
-    present = tmp_path / "data set"
-    present.mkdir()
-    paths = [str(present), str(tmp_path / "absent"), str(tmp_path / "$(touch pwned)")]
-    result = run(c.build_path_exists(paths))
-    assert result.returncode == 0
-    assert c.parse_path_exists(result.stdout.decode(), paths) == {paths[0]: True, paths[1]: False, paths[2]: False}
-    assert not (tmp_path / "pwned").exists()
-    with pytest.raises(NpaParseError):
-        c.parse_path_exists("1\n", paths)

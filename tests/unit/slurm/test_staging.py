@@ -9,12 +9,12 @@ import subprocess
 import pytest
 
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.commands import validate_remote_path
 from npa_airflow.slurm.staging import (
     EXIT_MISSING_INPUTS,
     StagedFile,
     build_stage,
     build_stage_and_submit,
-    check_remote_path,
     parse_stage_output,
 )
 
@@ -82,4 +82,4 @@ def test_truncated_output_has_no_rc():
 @pytest.mark.parametrize("bad", ["relative/path", "/a/b\nc", "/nul\0byte", ""])
 def test_bad_remote_paths_are_refused(bad):
     with pytest.raises(NpaValidationError):
-        check_remote_path(bad)
+        validate_remote_path(bad)

@@ -1,0 +1,40 @@
+"""One private event-loop thread per process that runs the sync facades' coroutines.
+
+The sync hooks (SSH and the SkyPilot HTTP client) are thin faces over async cores. Running every call on the
+same long-lived loop lets pooled SSH connections and HTTP clients outlive single calls; a fork (a new pid) or a
+stopped loop gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_pid: int | None = None
+
+
+def _serve(loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
+    asyncio.set_event_loop(loop)
+    loop.call_soon(started.set)
+    loop.run_forever()
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the background loop and wait for its result (from a thread without a running loop)."""
+    global _loop, _pid
+    with _lock:
+        if _loop is None or _pid != os.getpid() or not _loop.is_running():
+            loop = asyncio.new_event_loop()
+            started = threading.Event()
+            threading.Thread(target=_serve, args=(loop, started), name="npa-sync-loop", daemon=True).start()
+            started.wait()
+            _loop, _pid = loop, os.getpid()
+        loop = _loop
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
