@@ -8,95 +8,76 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+
+def _field(
+    label: str, description: str | None = None, kind: str = "string", nullable: bool = True, **schema: object
+) -> dict:
+    """One connection-form field: a label, an optional help text and its JSON schema."""
+    field: dict[str, object] = {"label": label}
+    if description:
+        field["description"] = description
+    field["schema"] = {"type": [kind, "null"] if nullable else kind, **schema}
+    return field
+
+
 _SLURM_FIELDS = {
-    "private_key": {
-        "label": "Private key",
-        "description": "PEM/OpenSSH private key text (the password field holds its passphrase, if any).",
-        "schema": {"type": ["string", "null"], "format": "password"},
-    },
-    "key_file": {
-        "label": "Private key file",
-        "description": "Path to a private key file on the Airflow worker/triggerer.",
-        "schema": {"type": ["string", "null"]},
-    },
-    "known_hosts": {
-        "label": "known_hosts",
-        "description": "Path to a known_hosts file, or its content. Host keys are verified against it.",
-        "schema": {"type": ["string", "null"], "format": "multiline"},
-    },
-    "host_key": {
-        "label": "Host key",
-        "description": "One public host key line (e.g. 'ssh-ed25519 AAAA...') trusted for every login host.",
-        "schema": {"type": ["string", "null"]},
-    },
-    "insecure_skip_host_key_check": {
-        "label": "Skip host key verification (insecure)",
-        "description": "Accept any host key. Logged as a warning on every connection.",
-        "schema": {"type": "boolean", "default": False},
-    },
-    "partition": {
-        "label": "Default GPU partition",
-        "description": "Partition for training jobs when a task does not name one.",
-        "schema": {"type": ["string", "null"]},
-    },
-    "account": {
-        "label": "Account",
-        "description": "Slurm account for #SBATCH --account (when the site requires one).",
-        "schema": {"type": ["string", "null"]},
-    },
-    "results_root": {
-        "label": "Results root (shared storage)",
-        "description": "Absolute path on shared storage (e.g. Lustre) under which job directories are created.",
-        "schema": {"type": ["string", "null"]},
-    },
-    "cpu_partition": {
-        "label": "CPU partition for image conversion",
-        "description": "Partition where images are converted to .sqsh (never a GPU partition).",
-        "schema": {"type": ["string", "null"]},
-    },
-    "sqsh_cache_dir": {
-        "label": ".sqsh cache directory",
-        "description": "Absolute shared path where converted .sqsh images are cached by name.",
-        "schema": {"type": ["string", "null"]},
-    },
-    "cluster_name": {
-        "label": "Slurm cluster name (-M)",
-        "description": "Only for multi-cluster sites: passed as -M to every Slurm command.",
-        "schema": {"type": ["string", "null"]},
-    },
-    "connect_timeout": {
-        "label": "Connect timeout (s)",
-        "schema": {"type": ["number", "null"], "default": 15},
-    },
-    "job_url_template": {
-        "label": "Job page URL template",
-        "description": "Site page for a job, e.g. https://ood.example/pun/sys/activejobs?jobid={job_id}",
-        "schema": {"type": ["string", "null"]},
-    },
+    "private_key": _field(
+        "Private key",
+        "PEM/OpenSSH private key text (the password field holds its passphrase, if any).",
+        format="password",
+    ),
+    "key_file": _field("Private key file", "Path to a private key file on the Airflow worker/triggerer."),
+    "known_hosts": _field(
+        "known_hosts",
+        "Path to a known_hosts file, or its content. Host keys are verified against it.",
+        format="multiline",
+    ),
+    "host_key": _field(
+        "Host key", "One public host key line (e.g. 'ssh-ed25519 AAAA...') trusted for every login host."
+    ),
+    "insecure_skip_host_key_check": _field(
+        "Skip host key verification (insecure)",
+        "Accept any host key. Logged as a warning on every connection.",
+        kind="boolean",
+        nullable=False,
+        default=False,
+    ),
+    "partition": _field("Default GPU partition", "Partition for training jobs when a task does not name one."),
+    "account": _field("Account", "Slurm account for #SBATCH --account (when the site requires one)."),
+    "results_root": _field(
+        "Results root (shared storage)",
+        "Absolute path on shared storage (e.g. Lustre) under which job directories are created.",
+    ),
+    "cpu_partition": _field(
+        "CPU partition for image conversion", "Partition where images are converted to .sqsh (never a GPU partition)."
+    ),
+    "sqsh_cache_dir": _field(
+        ".sqsh cache directory", "Absolute shared path where converted .sqsh images are cached by name."
+    ),
+    "cluster_name": _field(
+        "Slurm cluster name (-M)", "Only for multi-cluster sites: passed as -M to every Slurm command."
+    ),
+    "connect_timeout": _field("Connect timeout (s)", kind="number", default=15),
+    "job_url_template": _field(
+        "Job page URL template", "Site page for a job, e.g. https://ood.example/pun/sys/activejobs?jobid={job_id}"
+    ),
 }
 
 _SKYPILOT_FIELDS = {
-    "user": {
-        "label": "User name",
-        "description": "The user requests are made as on the API server (default: airflow).",
-        "schema": {"type": ["string", "null"]},
-    },
-    "token": {
-        "label": "Service-account token",
-        "description": "Bearer token for the SkyPilot API server (optional).",
-        "schema": {"type": ["string", "null"], "format": "password"},
-    },
-    "config_overrides": {
-        "label": "Client config overrides",
-        "description": "JSON object merged into the request's config override (optional).",
-        "schema": {"type": ["object", "null"]},
-    },
-    "dashboard_url_template": {
-        "label": "Dashboard URL template",
-        "description": "e.g. {endpoint}/dashboard/clusters/{cluster}",
-        "schema": {"type": ["string", "null"]},
-    },
+    "user": _field("User name", "The user requests are made as on the API server (default: airflow)."),
+    "token": _field("Service-account token", "Bearer token for the SkyPilot API server (optional).", format="password"),
+    "config_overrides": _field(
+        "Client config overrides", "JSON object merged into the request's config override (optional).", kind="object"
+    ),
+    "dashboard_url_template": _field("Dashboard URL template", "e.g. {endpoint}/dashboard/clusters/{cluster}"),
 }
+
+
+def _modules(slurm: list[str], skypilot: list[str]) -> list[dict[str, object]]:
+    return [
+        {"integration-name": "Slurm", "python-modules": slurm},
+        {"integration-name": "SkyPilot", "python-modules": skypilot},
+    ]
 
 
 def get_provider_info() -> dict:
@@ -109,28 +90,12 @@ def get_provider_info() -> dict:
             {"integration-name": "Slurm", "external-doc-url": "https://slurm.schedmd.com/", "tags": ["software"]},
             {"integration-name": "SkyPilot", "external-doc-url": "https://docs.skypilot.co/", "tags": ["software"]},
         ],
-        "hooks": [
-            {"integration-name": "Slurm", "python-modules": ["npa_airflow.slurm.hook"]},
-            {"integration-name": "SkyPilot", "python-modules": ["npa_airflow.burst.hook"]},
-        ],
-        "operators": [
-            {
-                "integration-name": "Slurm",
-                "python-modules": ["npa_airflow.slurm.operators"],
-            },
-            {"integration-name": "SkyPilot", "python-modules": ["npa_airflow.burst.operators"]},
-        ],
-        "sensors": [
-            {"integration-name": "Slurm", "python-modules": ["npa_airflow.slurm.sensors"]},
-            {"integration-name": "SkyPilot", "python-modules": ["npa_airflow.burst.sensors"]},
-        ],
-        "triggers": [
-            {
-                "integration-name": "Slurm",
-                "python-modules": ["npa_airflow.slurm.triggers", "npa_airflow.slurm.convert_trigger"],
-            },
-            {"integration-name": "SkyPilot", "python-modules": ["npa_airflow.burst.triggers"]},
-        ],
+        "hooks": _modules(["npa_airflow.slurm.hook"], ["npa_airflow.burst.hook"]),
+        "operators": _modules(["npa_airflow.slurm.operators"], ["npa_airflow.burst.operators"]),
+        "sensors": _modules(["npa_airflow.slurm.sensors"], ["npa_airflow.burst.sensors"]),
+        "triggers": _modules(
+            ["npa_airflow.slurm.triggers", "npa_airflow.slurm.convert_trigger"], ["npa_airflow.burst.triggers"]
+        ),
         "connection-types": [
             {
                 "connection-type": "slurm",

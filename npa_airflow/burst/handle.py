@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from npa_airflow.burst.task import TEARDOWN_POLICIES, validate_cluster_name
 from npa_airflow.common import xcom_keys
+from npa_airflow.common.checks import field_mismatch
 from npa_airflow.exceptions import NpaValidationError
 
 XCOM_KEY = xcom_keys.BURST_JOB
@@ -77,11 +78,9 @@ class BurstJobHandle:
                 raise NpaValidationError(f"burst job handle is not JSON: {data[:200]!r}") from exc
         if not isinstance(data, dict):
             raise NpaValidationError(f"burst job handle must be a mapping, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown, missing = field_mismatch(cls, data, ("conn_id", "endpoint", "cluster", "name", "request_id"))
         if unknown:
             raise NpaValidationError(f"burst job handle has unknown fields {unknown}")
-        missing = [n for n in ("conn_id", "endpoint", "cluster", "name", "request_id") if n not in data]
         if missing:
             raise NpaValidationError(f"burst job handle lacks {missing}")
         return cls(**data)

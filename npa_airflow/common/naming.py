@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 
+from npa_airflow.common.checks import fullmatch_or_raise
 from npa_airflow.exceptions import NpaValidationError
 
 # Slurm accepts almost anything as a job name; we only ever emit (and accept) a charset that needs no
@@ -23,12 +24,12 @@ HASH_LEN = 10
 
 def validate_job_name(name: str, field: str = "job_name") -> str:
     """Return ``name`` if it is a safe Slurm job name, else raise a clear error."""
-    if not isinstance(name, str) or not JOB_NAME_RE.fullmatch(name):
-        raise NpaValidationError(
-            f"{field}={name!r} is not a valid job name: use 1-{JOB_NAME_MAX} characters from "
-            "[A-Za-z0-9._-], starting with a letter or digit"
-        )
-    return name
+    return fullmatch_or_raise(
+        name,
+        JOB_NAME_RE,
+        f"{field}={name!r} is not a valid job name: use 1-{JOB_NAME_MAX} characters from "
+        "[A-Za-z0-9._-], starting with a letter or digit",
+    )
 
 
 def _slug(text: str) -> str:

@@ -77,12 +77,12 @@ async def apause(seconds: float) -> None:
         await asyncio.sleep(seconds)
 
 
+Transient = Callable[[BaseException], bool]
+OnRetry = Callable[[BaseException, float], None]
+
+
 def _delay_or_raise(
-    exc: BaseException,
-    transient: Callable[[BaseException], bool],
-    backoff: Backoff,
-    budget: Budget,
-    on_retry: Callable[[BaseException, float], None] | None,
+    exc: BaseException, transient: Transient, backoff: Backoff, budget: Budget, on_retry: OnRetry | None
 ) -> float:
     delay = backoff.delay(budget.failures + 1)
     if not transient(exc) or not budget.allows(delay):
@@ -93,12 +93,7 @@ def _delay_or_raise(
 
 
 def retry(
-    call: Callable[[], T],
-    *,
-    transient: Callable[[BaseException], bool],
-    backoff: Backoff,
-    budget: Budget,
-    on_retry: Callable[[BaseException, float], None] | None = None,
+    call: Callable[[], T], *, transient: Transient, backoff: Backoff, budget: Budget, on_retry: OnRetry | None = None
 ) -> T:
     """Call until it returns; re-raise at once what is not transient, and the last error when the budget is spent."""
     while True:
@@ -111,10 +106,10 @@ def retry(
 async def aretry(
     call: Callable[[], Awaitable[T]],
     *,
-    transient: Callable[[BaseException], bool],
+    transient: Transient,
     backoff: Backoff,
     budget: Budget,
-    on_retry: Callable[[BaseException, float], None] | None = None,
+    on_retry: OnRetry | None = None,
 ) -> T:
     """The async twin of :func:`retry` (same policy, ``asyncio.sleep``)."""
     while True:

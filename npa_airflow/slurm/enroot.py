@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.common.templates import template_env
@@ -96,21 +96,13 @@ class ConvertSpec:
 
 
 def render_convert_script(spec: ConvertSpec) -> str:
-    return render_template(
-        CONVERT_TEMPLATE,
-        job_name=spec.job_name,
-        partition=spec.partition,
-        account=spec.account,
-        cpus=spec.cpus,
-        mem=spec.mem,
-        time_minutes=spec.time_minutes,
-        stdout_path=spec.stdout_path,
-        stderr_path=spec.stderr_path,
-        target=spec.target,
-        uri=spec.image_ref.enroot_uri,
-        check_function=SQSH_CHECK_FUNCTION,
-        force=bool(spec.force),
-    )
+    values = {
+        **asdict(spec),
+        "uri": spec.image_ref.enroot_uri,
+        "check_function": SQSH_CHECK_FUNCTION,
+        "force": bool(spec.force),
+    }
+    return render_template(CONVERT_TEMPLATE, **values)
 
 
 def qos_memory_advice(job_id: str, reason: str | None, partition: str, cpus: int, mem: str) -> str | None:

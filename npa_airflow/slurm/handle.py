@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from npa_airflow.common import xcom_keys
+from npa_airflow.common.checks import field_mismatch, fullmatch_or_raise
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
 
@@ -19,7 +20,7 @@ XCOM_KEY = xcom_keys.SLURM_JOB
 
 # A Slurm job id as sbatch prints it: plain, array task (123_4) or heterogeneous component (123+1).
 JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
-_CLUSTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+CLUSTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a Slurm cluster name (-M)
 _HOST_RE = re.compile(r"[A-Za-z0-9_.:\[\]-]{1,255}")
 _CONN_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,250}")
 
@@ -44,19 +45,21 @@ class SlurmJobHandle:
     submitted_at: float | None = None  # epoch seconds
 
     def __post_init__(self) -> None:
-        if not isinstance(self.conn_id, str) or not _CONN_ID_RE.fullmatch(self.conn_id):
-            raise NpaValidationError(f"SlurmJobHandle.conn_id={self.conn_id!r} is not a valid connection id")
-        if self.cluster is not None and (not isinstance(self.cluster, str) or not _CLUSTER_RE.fullmatch(self.cluster)):
-            raise NpaValidationError(f"SlurmJobHandle.cluster={self.cluster!r} is not a valid Slurm cluster name")
+        fullmatch_or_raise(
+            self.conn_id, _CONN_ID_RE, f"SlurmJobHandle.conn_id={self.conn_id!r} is not a valid connection id"
+        )
+        if self.cluster is not None:
+            fullmatch_or_raise(
+                self.cluster, CLUSTER_RE, f"SlurmJobHandle.cluster={self.cluster!r} is not a valid Slurm cluster name"
+            )
         for name in ("job_id", "retry_of"):
             value = getattr(self, name)
-            if value is None and name == "retry_of":
-                continue
-            if not isinstance(value, str) or not JOB_ID_RE.fullmatch(value):
-                raise NpaValidationError(f"SlurmJobHandle.{name}={value!r} is not a Slurm job id")
+            if value is not None or name == "job_id":
+                fullmatch_or_raise(value, JOB_ID_RE, f"SlurmJobHandle.{name}={value!r} is not a Slurm job id")
         validate_job_name(self.job_name, "SlurmJobHandle.job_name")
-        if not isinstance(self.login_host, str) or not _HOST_RE.fullmatch(self.login_host):
-            raise NpaValidationError(f"SlurmJobHandle.login_host={self.login_host!r} is not a host name")
+        fullmatch_or_raise(
+            self.login_host, _HOST_RE, f"SlurmJobHandle.login_host={self.login_host!r} is not a host name"
+        )
         for name in ("results_dir", "stdout_path", "stderr_path"):
             _check_path(name, getattr(self, name))
         if not isinstance(self.try_number, int) or isinstance(self.try_number, bool) or self.try_number < 1:
@@ -76,12 +79,11 @@ class SlurmJobHandle:
     def from_dict(cls, data: object) -> SlurmJobHandle:
         if not isinstance(data, dict):
             raise NpaValidationError(f"a Slurm job handle must be a dict, got {type(data).__name__}: {data!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        required = sorted(f.name for f in fields(cls) if f.name not in ("retry_of", "submitted_at"))
+        unknown, missing = field_mismatch(cls, data, required)
         if unknown:
-            raise NpaValidationError(f"Slurm job handle has unknown keys {unknown}; known keys are {sorted(known)}")
-        required = {f.name for f in fields(cls) if f.name not in ("retry_of", "submitted_at")}
-        missing = sorted(required - set(data))
+            known = sorted(f.name for f in fields(cls))
+            raise NpaValidationError(f"Slurm job handle has unknown keys {unknown}; known keys are {known}")
         if missing:
             raise NpaValidationError(f"Slurm job handle is missing {missing}: {data!r}")
         return cls(**data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from npa_airflow.common.naming import validate_job_name
@@ -131,25 +131,15 @@ class ProbeSpec:
 
 
 def render_probe_script(spec: ProbeSpec) -> str:
-    return render_template(
-        PROBE_TEMPLATE,
-        job_name=spec.job_name,
-        partition=spec.partition,
-        account=spec.account,
-        nodes=spec.nodes,
-        gpus_per_node=spec.gpus_per_node,
-        procs_per_node=spec.procs_per_node,
-        time_minutes=spec.time_minutes,
-        stdout_path=spec.stdout_path,
-        stderr_path=spec.stderr_path,
-        env=sorted(spec.env.items()),
-        script_path=spec.script_path,
-        image=spec.image,
-        container_args=spec.container_args(),
-        timeout_seconds=spec.timeout_seconds,
-        timeout_exit_code=TIMEOUT_EXIT_CODE,
-        knobs_label=knobs_label(spec.env),
-    )
+    values = {
+        **asdict(spec),
+        "env": sorted(spec.env.items()),
+        "time_minutes": spec.time_minutes,
+        "container_args": spec.container_args(),
+        "timeout_exit_code": TIMEOUT_EXIT_CODE,
+        "knobs_label": knobs_label(spec.env),
+    }
+    return render_template(PROBE_TEMPLATE, **values)
 
 
 def probe_source() -> bytes:

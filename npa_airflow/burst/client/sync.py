@@ -22,19 +22,9 @@ T = TypeVar("T")
 class SkyPilotClient:
     """Blocking client: the same constructor and methods as ``AsyncSkyPilotClient``, without ``await``."""
 
-    def __init__(
-        self,
-        endpoint: str,
-        *,
-        token: str | None = None,
-        identity: Identity | None = None,
-        timeout: float = 30.0,
-        retries: int = 3,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self.core = AsyncSkyPilotClient(
-            endpoint, token=token, identity=identity, timeout=timeout, retries=retries, transport=transport
-        )
+    def __init__(self, endpoint: str, **options: Any) -> None:
+        """``options`` are :class:`AsyncSkyPilotClient`'s (token, identity, timeout, retries, transport)."""
+        self.core = AsyncSkyPilotClient(endpoint, **options)
 
     @property
     def endpoint(self) -> str:

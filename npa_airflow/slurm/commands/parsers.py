@@ -12,18 +12,7 @@ from collections.abc import Sequence
 
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaParseError
-from npa_airflow.slurm.commands.records import (
-    SACCT_FIELDS,
-    SQUEUE_FIELDS,
-    SQUEUE_FORMAT,
-    TAIL_END,
-    TAIL_MARK,
-    LogChunk,
-    NodeInfo,
-    PartitionInfo,
-    SlurmJobInfo,
-    SubmitResult,
-)
+from npa_airflow.slurm.commands import records
 from npa_airflow.slurm.commands.validation import CLUSTER_RE
 from npa_airflow.slurm.handle import JOB_ID_RE
 from npa_airflow.slurm.states import interpret_native_state, normalize_native_state
@@ -39,7 +28,7 @@ def _quote_output(text: str | bytes) -> str:
     return repr(text)
 
 
-def parse_sbatch_submit(stdout: str) -> SubmitResult:
+def parse_sbatch_submit(stdout: str) -> records.SubmitResult:
     """The job id from ``sbatch --parsable`` output: the last non-empty line, ``id`` or ``id;cluster``.
 
     Site banners (MOTD-like lines from a submit filter) may come first and are ignored.
@@ -56,7 +45,7 @@ def parse_sbatch_submit(stdout: str) -> SubmitResult:
             f"cannot read a job id from sbatch --parsable output {_quote_output(stdout)}: expected a last "
             "line like '123' or '123;cluster'"
         )
-    return SubmitResult(job_id=job_id, cluster=cluster if sep else None)
+    return records.SubmitResult(job_id=job_id, cluster=cluster if sep else None)
 
 
 def _none_if(value: str, *empty: str) -> str | None:
@@ -77,7 +66,7 @@ def _is_cluster_banner(line: str) -> bool:
     return line.startswith("CLUSTER: ")
 
 
-def _aggregate(base: str, members: list[SlurmJobInfo]) -> SlurmJobInfo:
+def _aggregate(base: str, members: list[records.SlurmJobInfo]) -> records.SlurmJobInfo:
     """One answer for an array or het job asked for by its base id: the least finished member decides.
 
     Any member still queued/running -> that state (RUNNING before PENDING before UNKNOWN); all finished
@@ -87,7 +76,7 @@ def _aggregate(base: str, members: list[SlurmJobInfo]) -> SlurmJobInfo:
     decider = next((m for state in order for m in members if m.state is state), members[-1])
     codes = [m.exit_code for m in members if m.exit_code is not None]
     nodes = [m.node_list for m in members if m.node_list]
-    return SlurmJobInfo(
+    return records.SlurmJobInfo(
         job_id=base,
         native_state=decider.native_state,
         state=decider.state,
@@ -100,24 +89,24 @@ def _aggregate(base: str, members: list[SlurmJobInfo]) -> SlurmJobInfo:
     )
 
 
-def _index(records: list[tuple[str, SlurmJobInfo]]) -> dict[str, SlurmJobInfo]:
+def _index(rows: list[tuple[str, records.SlurmJobInfo]]) -> dict[str, records.SlurmJobInfo]:
     """Key records by display id (last record wins), then add lookups by raw id and by base id.
 
     ``123_4`` (raw 130) also answers to ``130``; an array or het job asked for by its base id ``123``
     gets an aggregate of its members (see :func:`_aggregate`), unless a record has that display id.
     """
-    by_id: dict[str, SlurmJobInfo] = {}
+    by_id: dict[str, records.SlurmJobInfo] = {}
     raw_of: dict[str, str] = {}
-    for raw_id, info in records:
+    for raw_id, info in rows:
         by_id.pop(info.job_id, None)  # re-insert so dict order follows the last record
         by_id[info.job_id] = info
         raw_of[info.job_id] = raw_id
-    groups: dict[str, list[SlurmJobInfo]] = {}
+    groups: dict[str, list[records.SlurmJobInfo]] = {}
     for job_id, info in by_id.items():
         base = re.match(r"[0-9]+", job_id).group(0)  # type: ignore[union-attr]  # checked by the parsers
         if base != job_id:
             groups.setdefault(base, []).append(info)
-    extra: dict[str, SlurmJobInfo] = {}
+    extra: dict[str, records.SlurmJobInfo] = {}
     for job_id, info in by_id.items():
         raw_id = raw_of[job_id]
         if raw_id and raw_id != job_id and raw_id not in groups and raw_id not in by_id:
@@ -129,15 +118,15 @@ def _index(records: list[tuple[str, SlurmJobInfo]]) -> dict[str, SlurmJobInfo]:
     return by_id
 
 
-def parse_sacct(stdout: str) -> dict[str, SlurmJobInfo]:
-    """Rows of ``sacct -X --parsable2 --noheader -o <SACCT_FIELDS>`` keyed by JobID.
+def parse_sacct(stdout: str) -> dict[str, records.SlurmJobInfo]:
+    """Rows of ``sacct -X --parsable2 --noheader -o <records.SACCT_FIELDS>`` keyed by JobID.
 
     With ``--duplicates`` (or after a job-id reset) one id can have several records, e.g. REQUEUED then
     RUNNING: the last one wins (sacct prints them oldest first). Step rows (``123.batch``) are skipped.
     See :func:`_index` for the raw-id and base-id lookups of array and het jobs.
     """
-    records: list[tuple[str, SlurmJobInfo]] = []
-    nfields = len(SACCT_FIELDS)
+    rows: list[tuple[str, records.SlurmJobInfo]] = []
+    nfields = len(records.SACCT_FIELDS)
     for line in stdout.splitlines():
         if not line.strip() or _is_cluster_banner(line):
             continue
@@ -145,7 +134,7 @@ def parse_sacct(stdout: str) -> dict[str, SlurmJobInfo]:
         if len(parts) != nfields:
             raise NpaParseError(
                 f"sacct line {_quote_output(line)} has {len(parts)} fields, expected {nfields} "
-                f"({','.join(SACCT_FIELDS)}); whole output {_quote_output(stdout)}"
+                f"({','.join(records.SACCT_FIELDS)}); whole output {_quote_output(stdout)}"
             )
         raw_id, job_id, state_text, exit_text, nodes, reason, name = (p.strip() for p in parts)
         if "." in job_id:
@@ -155,7 +144,7 @@ def parse_sacct(stdout: str) -> dict[str, SlurmJobInfo]:
         native = normalize_native_state(state_text)
         state = interpret_native_state(native)
         exit_code, signal = parse_exit_code(exit_text) if state.is_terminal else (None, None)
-        info = SlurmJobInfo(
+        info = records.SlurmJobInfo(
             job_id=job_id,
             native_state=native,
             state=state,
@@ -166,25 +155,26 @@ def parse_sacct(stdout: str) -> dict[str, SlurmJobInfo]:
             reason=_none_if(reason, "None"),
             source="sacct",
         )
-        records.append((raw_id, info))
-    return _index(records)
+        rows.append((raw_id, info))
+    return _index(rows)
 
 
-def parse_squeue(stdout: str) -> dict[str, SlurmJobInfo]:
-    """Rows of ``squeue -h -o <SQUEUE_FORMAT>`` keyed by the displayed id (see :func:`_index`)."""
-    records: list[tuple[str, SlurmJobInfo]] = []
-    nfields = len(SQUEUE_FIELDS)
+def parse_squeue(stdout: str) -> dict[str, records.SlurmJobInfo]:
+    """Rows of ``squeue -h -o <records.SQUEUE_FORMAT>`` keyed by the displayed id (see :func:`_index`)."""
+    rows: list[tuple[str, records.SlurmJobInfo]] = []
+    nfields = len(records.SQUEUE_FIELDS)
     for line in stdout.splitlines():
         if not line.strip() or _is_cluster_banner(line):
             continue
         parts = line.split("|", nfields - 1)
         if len(parts) != nfields or not re.match(r"[0-9]+", parts[0].strip()):
             raise NpaParseError(
-                f"squeue line {_quote_output(line)} is not '{SQUEUE_FORMAT}'; whole output {_quote_output(stdout)}"
+                f"squeue line {_quote_output(line)} is not '{records.SQUEUE_FORMAT}'; "
+                f"whole output {_quote_output(stdout)}"
             )
         job_id, raw_id, state_text, reason, nodes, name = (p.strip() for p in parts)
         native = normalize_native_state(state_text)
-        info = SlurmJobInfo(
+        info = records.SlurmJobInfo(
             job_id=job_id,
             native_state=native,
             state=interpret_native_state(native),
@@ -195,18 +185,18 @@ def parse_squeue(stdout: str) -> dict[str, SlurmJobInfo]:
             reason=_none_if(reason, "None"),
             source="squeue",
         )
-        records.append((raw_id, info))
-    return _index(records)
+        rows.append((raw_id, info))
+    return _index(rows)
 
 
-def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[LogChunk]:
-    """Decode the frames printed by :func:`build_tail_logs`, one LogChunk per request, in order."""
+def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[records.LogChunk]:
+    """Decode the frames printed by :func:`build_tail_logs`, one records.LogChunk per request, in order."""
     lines = stdout.split(b"\n")
     try:
-        start = next(i for i, line in enumerate(lines) if line.startswith(TAIL_MARK.encode() + b" "))
+        start = next(i for i, line in enumerate(lines) if line.startswith(records.TAIL_MARK.encode() + b" "))
     except StopIteration:
         raise NpaParseError(f"log tail output has no frames: {_quote_output(stdout)}") from None
-    chunks: list[LogChunk] = []
+    chunks: list[records.LogChunk] = []
     pos = start
     for index, (path, offset) in enumerate(requests):
         if pos + 1 >= len(lines):
@@ -215,16 +205,16 @@ def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[
                 f"{_quote_output(stdout)}"
             )
         header = lines[pos].decode("ascii", "replace").split()
-        if len(header) != 3 or header[0] != TAIL_MARK or header[1] != str(index):
+        if len(header) != 3 or header[0] != records.TAIL_MARK or header[1] != str(index):
             raise NpaParseError(f"bad log tail frame header {_quote_output(lines[pos])} for file #{index}")
         try:
             size = int(header[2])
             data = base64.b64decode(lines[pos + 1], validate=True)
         except (ValueError, binascii.Error) as exc:
             raise NpaParseError(f"bad log tail frame for {path!r}: {_quote_output(lines[pos + 1])}") from exc
-        chunks.append(LogChunk(path=path, data=data, offset=offset + len(data), size=size))
+        chunks.append(records.LogChunk(path=path, data=data, offset=offset + len(data), size=size))
         pos += 2
-    if pos >= len(lines) or lines[pos].strip() != TAIL_END.encode():
+    if pos >= len(lines) or lines[pos].strip() != records.TAIL_END.encode():
         raise NpaParseError(f"log tail output is missing its end marker: {_quote_output(stdout)}")
     return chunks
 
@@ -234,8 +224,8 @@ def _field(line: str, key: str) -> str | None:
     return m.group(1) if m else None
 
 
-def parse_scontrol_nodes(stdout: str) -> dict[str, NodeInfo]:
-    nodes: dict[str, NodeInfo] = {}
+def parse_scontrol_nodes(stdout: str) -> dict[str, records.NodeInfo]:
+    nodes: dict[str, records.NodeInfo] = {}
     for line in stdout.splitlines():
         if not line.strip() or _is_cluster_banner(line):
             continue
@@ -246,7 +236,7 @@ def parse_scontrol_nodes(stdout: str) -> dict[str, NodeInfo]:
         parts = _field(line, "Partitions")
         # Reason may contain spaces ("test [root@2026-01-01T00:00:00]"); it runs to the next Key= field.
         m = re.search(r"(?:^|\s)Reason=(.*?)(?=\s+[A-Za-z]+=|$)", line)
-        nodes[name] = NodeInfo(
+        nodes[name] = records.NodeInfo(
             name=name,
             state=state,
             partitions=tuple(p for p in (parts or "").split(",") if p and p != "(null)"),
@@ -278,8 +268,8 @@ def parse_slurm_minutes(text: str) -> int | None:
     return -(-seconds // 60)
 
 
-def parse_partitions(stdout: str) -> dict[str, PartitionInfo]:
-    partitions: dict[str, PartitionInfo] = {}
+def parse_partitions(stdout: str) -> dict[str, records.PartitionInfo]:
+    partitions: dict[str, records.PartitionInfo] = {}
     for line in stdout.splitlines():
         if not line.strip() or _is_cluster_banner(line):
             continue
@@ -287,7 +277,7 @@ def parse_partitions(stdout: str) -> dict[str, PartitionInfo]:
         max_time = _field(line, "MaxTime")
         if not name or max_time is None:
             raise NpaParseError(f"scontrol partition line without PartitionName/MaxTime: {_quote_output(line)}")
-        partitions[name] = PartitionInfo(
+        partitions[name] = records.PartitionInfo(
             name=name,
             max_time_minutes=parse_slurm_minutes(max_time),
             default=(_field(line, "Default") or "").upper() == "YES",

@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
+from npa_airflow.common.checks import fullmatch_or_raise
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.handle import JOB_ID_RE
-
-# 123, 123_4 (array task), 123+0 (het job component). Pending array ranges like 123_[1-5] are only ever
-# parsed from output, never sent.
-CLUSTER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+from npa_airflow.slurm.handle import CLUSTER_RE, JOB_ID_RE
 
 
 def validate_job_id(job_id: object, field: str = "job_id") -> str:
-    if not isinstance(job_id, str) or not JOB_ID_RE.fullmatch(job_id):
-        raise NpaValidationError(
-            f"{field}={job_id!r} is not a Slurm job id: expected digits, optionally with an array task "
-            "('123_4') or a het component ('123+0')"
-        )
-    return job_id
+    """123, 123_4 (array task), 123+0 (het component); pending ranges like 123_[1-5] are parsed, never sent."""
+    message = f"{field}={job_id!r} is not a Slurm job id (digits, an array task '123_4' or a het component '123+0')"
+    return fullmatch_or_raise(job_id, JOB_ID_RE, message)
 
 
 def validate_cluster(cluster: object, field: str = "cluster") -> str:
-    if not isinstance(cluster, str) or not CLUSTER_RE.fullmatch(cluster):
-        raise NpaValidationError(f"{field}={cluster!r} is not a valid Slurm cluster name ([A-Za-z0-9_.-])")
-    return cluster
+    return fullmatch_or_raise(
+        cluster, CLUSTER_RE, f"{field}={cluster!r} is not a valid Slurm cluster name ([A-Za-z0-9_.-])"
+    )
 
 
 def validate_remote_path(path: object, field: str = "path") -> str:

@@ -178,17 +178,12 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
             force=bool(step.get("force", False)),
         )
         target_dir = target.rsplit("/", 1)[0] or "/"
-        return PreparedJob(
-            job_name=job_name,
-            script=render_convert_script(spec),
+        return PreparedJob.from_spec(
+            spec,
+            render_convert_script(spec),
             script_path=f"{root}/sbatch/{job_name}.sbatch",
             results_dir=target_dir,
-            stdout_path=spec.stdout_path,
-            stderr_path=spec.stderr_path,
             mkdirs=(log_dir, target_dir),
-            wall_seconds=spec.time_minutes * 60,
-            partition=partition,
-            time_minutes=spec.time_minutes,
         )
 
     def _show_submitted(self, job: PreparedJob) -> None:

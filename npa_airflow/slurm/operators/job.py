@@ -34,6 +34,20 @@ class PreparedJob:
     time_minutes: int | None = None
     secret_values: tuple[str, ...] = field(default=(), repr=False)  # must never appear in the script
 
+    @classmethod
+    def from_spec(cls, spec: Any, script: str, **where: Any) -> PreparedJob:
+        """A job whose name, log paths, partition and time limit come from a built spec (conversion, probe)."""
+        return cls(
+            job_name=spec.job_name,
+            script=script,
+            stdout_path=spec.stdout_path,
+            stderr_path=spec.stderr_path,
+            wall_seconds=spec.time_minutes * 60,
+            partition=spec.partition,
+            time_minutes=spec.time_minutes,
+            **where,
+        )
+
 
 @dataclass(frozen=True)
 class JobEnvironment:

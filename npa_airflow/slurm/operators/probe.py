@@ -189,18 +189,13 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
             env={**validate_env(self.extra_env, "extra_env"), **self.knob_sets[int(step["knob_index"])]},
             timeout_seconds=self.timeout_seconds,
         )
-        return PreparedJob(
-            job_name=job_name,
-            script=render_probe_script(spec),
+        return PreparedJob.from_spec(
+            spec,
+            render_probe_script(spec),
             script_path=f"{results_dir}/probe.sbatch",
             results_dir=results_dir,
-            stdout_path=spec.stdout_path,
-            stderr_path=spec.stderr_path,
             mkdirs=(results_dir,),
             files=(StagedFile(script_path, probe_source(), 0o644),),
-            wall_seconds=spec.time_minutes * 60,
-            partition=spec.partition,
-            time_minutes=spec.time_minutes,
         )
 
     def _show_submitted(self, job: PreparedJob) -> None:

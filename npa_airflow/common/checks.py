@@ -1,0 +1,23 @@
+"""Small checks the validators of names, ids and handles share."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from typing import Any
+
+from npa_airflow.exceptions import NpaValidationError
+
+
+def fullmatch_or_raise(value: object, pattern: re.Pattern[str], message: str) -> str:
+    """``value`` if it is a string the whole of which matches ``pattern``; else NpaValidationError(message)."""
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise NpaValidationError(message)
+    return value
+
+
+def field_mismatch(record_type: Any, data: Mapping[str, Any], required: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(keys of ``data`` that are not fields of the dataclass ``record_type``, ``required`` keys it lacks)."""
+    known = {f.name for f in fields(record_type)}
+    return sorted(set(data) - known), [name for name in required if name not in data]
