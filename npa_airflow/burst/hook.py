@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
-from airflow.sdk.bases.hook import BaseHook
-
+from npa_airflow.common.configured_hook import ConfiguredHook
 from npa_airflow.common.remote_errors import skypilot_cluster_missing
 from npa_airflow.common.retry import Backoff, apause
 from npa_airflow.exceptions import NpaError, NpaValidationError
@@ -92,13 +91,14 @@ class SubmittedLaunch:
     server: ServerInfo
 
 
-class SkyPilotHook(BaseHook):
+class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
     """Talks to a SkyPilot API server over HTTP. Connection type ``skypilot``.
 
     :param client: an ``AsyncSkyPilotClient`` to use instead of one opened from the connection (tests, adapters).
     """
 
     conn_name_attr = "skypilot_conn_id"
+    config_type = SkyPilotConnectionConfig
     default_conn_name = "skypilot_default"
     conn_type = "skypilot"
     hook_name = "SkyPilot API server"
@@ -118,18 +118,6 @@ class SkyPilotHook(BaseHook):
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSkyPilotClient] = (
             weakref.WeakKeyDictionary()
         )
-
-    @property
-    def config(self) -> SkyPilotConnectionConfig:
-        if self._config is None:
-            self._config = SkyPilotConnectionConfig.from_connection(self.get_connection(self.skypilot_conn_id))
-        return self._config
-
-    async def aconfig(self) -> SkyPilotConnectionConfig:
-        if self._config is None:
-            conn = await self.aget_connection(self.skypilot_conn_id)
-            self._config = SkyPilotConnectionConfig.from_connection(conn)
-        return self._config
 
     @staticmethod
     def _identity(config: SkyPilotConnectionConfig) -> Identity:

@@ -52,6 +52,13 @@ def _bad(field_name: str, value: Any, why: str) -> NpaValidationError:
     return NpaValidationError(f"{field_name}={value!r}: {why}")
 
 
+def _stripped_match(field_name: str, value: Any, pattern: re.Pattern[str], why: str) -> str:
+    """``value`` without surrounding blanks if it matches ``pattern``, else a clear error saying ``why``."""
+    if not isinstance(value, str) or not pattern.fullmatch(value.strip()):
+        raise _bad(field_name, value, why)
+    return value.strip()
+
+
 def image_id(image: str | None) -> str | None:
     """A plain image reference becomes ``docker:<image>``; an explicit ``docker:`` prefix is kept.
 
@@ -60,26 +67,22 @@ def image_id(image: str | None) -> str | None:
     """
     if image is None:
         return None
-    if not isinstance(image, str) or not _IMAGE_RE.fullmatch(image.strip()):
-        raise _bad(
-            "image",
-            image,
-            "give an image reference such as 'nvcr.io/nvidia/pytorch:25.01-py3' "
-            "(letters, digits and . _ / : @ + - only), or None to run without a container",
-        )
-    image = image.strip()
+    image = _stripped_match(
+        "image",
+        image,
+        _IMAGE_RE,
+        "give an image reference such as 'nvcr.io/nvidia/pytorch:25.01-py3' "
+        "(letters, digits and . _ / : @ + - only), or None to run without a container",
+    )
     return image if image.startswith("docker:") else f"docker:{image}"
 
 
 def validate_accelerators(spec: str) -> str:
-    if not isinstance(spec, str) or not _ACCELERATOR_RE.fullmatch(spec.strip()):
-        raise _bad(
-            "gpu_per_node",
-            spec,
-            "use a SkyPilot accelerator spec NAME:COUNT per node, e.g. 'H100:8' or 'L40S:1' "
-            "(ask the cluster which names it advertises)",
-        )
-    return spec.strip()
+    advice = (
+        "use a SkyPilot accelerator spec NAME:COUNT per node, e.g. 'H100:8' or 'L40S:1' "
+        "(ask the cluster which names it advertises)"
+    )
+    return _stripped_match("gpu_per_node", spec, _ACCELERATOR_RE, advice)
 
 
 def entrypoint_argv(entrypoint: str) -> list[str]:

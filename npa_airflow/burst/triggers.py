@@ -20,6 +20,7 @@ from npa_airflow.common.ownership import (
     shielded,
     write_claim_xcom,
 )
+from npa_airflow.common.trigger_rows import as_trigger_row
 
 if TYPE_CHECKING:
     from npa_airflow.burst.hook import SkyPilotHook
@@ -62,17 +63,7 @@ class BurstJobTrigger(BaseTrigger):
         self._claim: Claim | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "handle": self.handle,
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-                "stream_logs": self.stream_logs,
-                "cancel_on_kill": self.cancel_on_kill,
-                "nodes": self.nodes,
-            },
-        )
+        return as_trigger_row(self, ("handle", "poll_interval", "deadline", "stream_logs", "cancel_on_kill", "nodes"))
 
     def _hook(self) -> SkyPilotHook:
         from npa_airflow.burst.hook import SkyPilotHook

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncssh
-from airflow.sdk import BaseHook
 
+from npa_airflow.common.configured_hook import ConfiguredHook
 from npa_airflow.common.remote_errors import sbatch_outcome_unknown, scancel_nothing_to_cancel, squeue_job_id_unknown
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
@@ -46,8 +46,11 @@ class _RepeatableConnectionError(NpaConnectionError):
     """The connection died where running the command again is safe (it had not started, or is idempotent)."""
 
 
-class AsyncSlurmHook(BaseHook):
+class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
     """The async Slurm commands over SSH; :class:`npa_airflow.slurm.hook.SlurmHook` adds the sync facade."""
+
+    conn_name_attr = "slurm_conn_id"
+    config_type = SlurmConnectionConfig
 
     def __init__(
         self,
@@ -60,20 +63,6 @@ class AsyncSlurmHook(BaseHook):
         self.slurm_conn_id = slurm_conn_id
         self._config = config
         self.connect_attempts = connect_attempts
-
-    # -- configuration -------------------------------------------------------------------------------------------
-
-    @property
-    def config(self) -> SlurmConnectionConfig:
-        if self._config is None:
-            self._config = SlurmConnectionConfig.from_connection(self.get_connection(self.slurm_conn_id))
-        return self._config
-
-    async def aconfig(self) -> SlurmConnectionConfig:
-        if self._config is None:
-            conn = await self.aget_connection(self.slurm_conn_id)
-            self._config = SlurmConnectionConfig.from_connection(conn)
-        return self._config
 
     # -- connections ---------------------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from npa_airflow.common.ownership import (
 )
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.common.states import JobState
+from npa_airflow.common.trigger_rows import as_trigger_row
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, get_poller, offsets_file_for
 
@@ -130,18 +131,8 @@ class SlurmJobTrigger(BaseTrigger):
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "handle": self.handle,
-                "conn_id": self.conn_id,
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-                "require_marker": self.require_marker,
-                "stream_logs": self.stream_logs,
-                "cancel_on_kill": self.cancel_on_kill,
-            },
-        )
+        names = ("handle", "conn_id", "poll_interval", "deadline", "require_marker", "stream_logs", "cancel_on_kill")
+        return as_trigger_row(self, names)
 
     # -- paths -------------------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaParseError
@@ -118,6 +118,11 @@ def _index(rows: list[tuple[str, records.SlurmJobInfo]]) -> dict[str, records.Sl
     return by_id
 
 
+def _data_lines(stdout: str) -> Iterator[str]:
+    """The lines of a Slurm tool's output that hold records (no blanks, no multi-cluster banners)."""
+    return (line for line in stdout.splitlines() if line.strip() and not _is_cluster_banner(line))
+
+
 def parse_sacct(stdout: str) -> dict[str, records.SlurmJobInfo]:
     """Rows of ``sacct -X --parsable2 --noheader -o <records.SACCT_FIELDS>`` keyed by JobID.
 
@@ -127,9 +132,7 @@ def parse_sacct(stdout: str) -> dict[str, records.SlurmJobInfo]:
     """
     rows: list[tuple[str, records.SlurmJobInfo]] = []
     nfields = len(records.SACCT_FIELDS)
-    for line in stdout.splitlines():
-        if not line.strip() or _is_cluster_banner(line):
-            continue
+    for line in _data_lines(stdout):
         parts = line.split("|", nfields - 1)
         if len(parts) != nfields:
             raise NpaParseError(
@@ -163,9 +166,7 @@ def parse_squeue(stdout: str) -> dict[str, records.SlurmJobInfo]:
     """Rows of ``squeue -h -o <records.SQUEUE_FORMAT>`` keyed by the displayed id (see :func:`_index`)."""
     rows: list[tuple[str, records.SlurmJobInfo]] = []
     nfields = len(records.SQUEUE_FIELDS)
-    for line in stdout.splitlines():
-        if not line.strip() or _is_cluster_banner(line):
-            continue
+    for line in _data_lines(stdout):
         parts = line.split("|", nfields - 1)
         if len(parts) != nfields or not re.match(r"[0-9]+", parts[0].strip()):
             raise NpaParseError(
@@ -224,15 +225,19 @@ def _field(line: str, key: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _scontrol_records(stdout: str, name_key: str, value_key: str, what: str) -> Iterator[tuple[str, str, str]]:
+    """(line, name, value) of each ``scontrol show -o`` record, which must carry both keys."""
+    for line in _data_lines(stdout):
+        name = _field(line, name_key)
+        value = _field(line, value_key)
+        if not name or value is None:
+            raise NpaParseError(f"scontrol {what} line without {name_key}/{value_key}: {_quote_output(line)}")
+        yield line, name, value
+
+
 def parse_scontrol_nodes(stdout: str) -> dict[str, records.NodeInfo]:
     nodes: dict[str, records.NodeInfo] = {}
-    for line in stdout.splitlines():
-        if not line.strip() or _is_cluster_banner(line):
-            continue
-        name = _field(line, "NodeName")
-        state = _field(line, "State")
-        if not name or state is None:
-            raise NpaParseError(f"scontrol node line without NodeName/State: {_quote_output(line)}")
+    for line, name, state in _scontrol_records(stdout, "NodeName", "State", "node"):
         parts = _field(line, "Partitions")
         # Reason may contain spaces ("test [root@2026-01-01T00:00:00]"); it runs to the next Key= field.
         m = re.search(r"(?:^|\s)Reason=(.*?)(?=\s+[A-Za-z]+=|$)", line)
@@ -270,13 +275,7 @@ def parse_slurm_minutes(text: str) -> int | None:
 
 def parse_partitions(stdout: str) -> dict[str, records.PartitionInfo]:
     partitions: dict[str, records.PartitionInfo] = {}
-    for line in stdout.splitlines():
-        if not line.strip() or _is_cluster_banner(line):
-            continue
-        name = _field(line, "PartitionName")
-        max_time = _field(line, "MaxTime")
-        if not name or max_time is None:
-            raise NpaParseError(f"scontrol partition line without PartitionName/MaxTime: {_quote_output(line)}")
+    for line, name, max_time in _scontrol_records(stdout, "PartitionName", "MaxTime", "partition"):
         partitions[name] = records.PartitionInfo(
             name=name,
             max_time_minutes=parse_slurm_minutes(max_time),
