@@ -131,8 +131,8 @@ async def run(env: ClusterEnv, log_mb: int) -> dict:
             if unread > 0:
                 print(
                     f"Poller reported the big job's logs drained with {human_bytes(unread)} still unread "
-                    f"(MAX_DRAIN_CYCLES={poller_module.MAX_DRAIN_CYCLES}): a trigger would fire and stop "
-                    "streaming there.\n"
+                    f"(MAX_STALLED_DRAIN_CYCLES={poller_module.MAX_STALLED_DRAIN_CYCLES}): a trigger would fire "
+                    "and stop streaming there.\n"
                 )
             else:
                 print("Poller reported the big job's logs drained once every byte had been read.\n")

@@ -25,7 +25,7 @@ import asyncssh
 from benchmarks.cluster import ClusterEnv, SshdLog, local_port, rpc_delta, rpc_snapshot
 from benchmarks.counting import Call, CountingHook
 from benchmarks.jobs import CONN_ID, BenchJob, BenchRun
-from npa_airflow.slurm import hook as hook_module
+from npa_airflow.slurm import ssh
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import get_poller, reset_pollers
 from npa_airflow.slurm.triggers import SlurmJobTrigger
@@ -120,7 +120,7 @@ class Meter:
 
 
 def _pool_ports() -> set[int]:
-    return {local_port(conn) for conn, _ in hook_module._pool().connections.values() if not conn.is_closed()}
+    return {local_port(conn) for conn, _ in ssh.loop_pool().connections.values() if not conn.is_closed()}
 
 
 CALIBRATION_REPS = 5
@@ -190,7 +190,7 @@ async def run_ours(
     poller = get_poller(CONN_ID, lambda _: hook)
     hook.cycle = lambda: poller.stats.cycles
     meter = Meter(env)
-    connects0 = hook_module._pool().connects
+    connects0 = ssh.loop_pool().connects
     cycles0 = poller.stats.cycles
     calls0 = len(hook.calls)
     fired: dict[str, float] = {}
@@ -212,7 +212,7 @@ async def run_ours(
         cycles=poller.stats.cycles - cycles0,
         my_ports=_pool_ports(),
         held=len(_pool_ports()),
-        opened=hook_module._pool().connects - connects0,
+        opened=ssh.loop_pool().connects - connects0,
     )
     for task in tasks:
         task.cancel()

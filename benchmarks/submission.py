@@ -22,7 +22,7 @@ import time
 from benchmarks.cluster import ClusterEnv, SshdLog, local_port
 from benchmarks.jobs import CONN_ID, BenchRun
 from benchmarks.report import p50, pmax, table
-from npa_airflow.slurm import hook as hook_module
+from npa_airflow.slurm import ssh
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.scripts import assert_script_clean, bash_syntax_check
 from npa_airflow.slurm.staging import StagedFile
@@ -97,9 +97,9 @@ async def run(env: ClusterEnv, reps: int) -> dict:
     try:
         # ours, cold: the first call opens the pooled connection
         await asyncio.sleep(0)
-        mark, connects0 = sshd.mark(), hook_module._pool().connects
+        mark, connects0 = sshd.mark(), ssh.loop_pool().connects
         cold, _ = await _ours_once(hook, run_, 0)
-        ports = {local_port(c) for c, _ in hook_module._pool().connections.values()}
+        ports = {local_port(c) for c, _ in ssh.loop_pool().connections.values()}
         conns, sessions = sshd.since(mark).count(ports=ports)
         rows.append(["hook, cold (connects)", 1, conns, sessions, cold * 1000, cold * 1000])
         raw["ours_cold"] = {"seconds": cold, "connections": conns, "sessions": sessions}
@@ -109,7 +109,7 @@ async def run(env: ClusterEnv, reps: int) -> dict:
             seconds, _ = await _ours_once(hook, run_, i)
             warm.append(seconds)
         conns, sessions = sshd.since(mark).count(ports=ports)
-        opened = hook_module._pool().connects - connects0 - 1
+        opened = ssh.loop_pool().connects - connects0 - 1
         rows.append(["hook, warm (pooled)", reps, opened, sessions / reps, p50(warm) * 1000, pmax(warm) * 1000])
         raw["ours_warm"] = {"seconds": warm, "sessions": sessions, "connections_opened": opened}
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from npa_airflow.common import xcom_keys
+from npa_airflow.common.retry import apause
 
 DECIDE_SECONDS = 12.0  # how long on_kill keeps reading before it leaves the job alone
 DECIDE_PAUSE = 1.0
@@ -111,7 +112,7 @@ async def decide(
         verdict, why = kill_verdict(mine, current, task)
         if verdict is not Verdict.UNDECIDED or time.monotonic() + pause > end:
             return verdict, why
-        await asyncio.sleep(pause)
+        await apause(pause)
 
 
 def _comms() -> Any:

@@ -14,10 +14,9 @@ from npa_airflow.common.background_loop import run_sync
 from npa_airflow.slurm import commands
 from npa_airflow.slurm.async_hook import AsyncSlurmHook
 from npa_airflow.slurm.ssh import MAX_CHANNELS_PER_CONNECTION, CommandResult
-from npa_airflow.slurm.ssh import loop_pool as _pool  # benchmarks count connections through hook._pool()
 from npa_airflow.slurm.staging import StagedFile
 
-__all__ = ["MAX_CHANNELS_PER_CONNECTION", "CommandResult", "SlurmHook", "_pool"]
+__all__ = ["MAX_CHANNELS_PER_CONNECTION", "CommandResult", "SlurmHook"]
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""The SSH transport under SlurmHook: pooled asyncssh connections, login host failover and the sync loop.
+"""The SSH transport under SlurmHook: pooled asyncssh connections and login host failover.
 
 Connections are pooled per (event loop, connection identity): a triggerer process holds one connection per
 cluster for all of its triggers, and a worker's sync calls share one connection on a private background loop

@@ -1,4 +1,4 @@
-"""Builders of the remote commands for sbatch, sacct, squeue, scancel, scontrol, log tails and file checks.
+"""Builders of the remote commands for sbatch, sacct, squeue, scancel, scontrol, and log tails.
 
 No I/O here: the hook runs what these build. Builders return an argv list (the hook joins it with
 ``shlex.join``) or a string assembled only from ``shlex.quote``d parts. Every job id, cluster and job

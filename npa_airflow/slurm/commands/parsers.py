@@ -1,4 +1,4 @@
-"""Parsers of recorded sbatch, sacct, squeue, scontrol, log tail and path check output.
+"""Parsers of recorded sbatch, sacct, squeue, scontrol, and log tail output.
 
 Each raises NpaParseError quoting the input it could not read.
 """
