@@ -67,11 +67,10 @@ def cancel_slurm_job(handle: dict[str, Any]) -> None:
 def cancel_burst_job(handle: dict[str, Any]) -> None:
     from npa_airflow.burst.handle import BurstJobHandle
     from npa_airflow.burst.hook import SkyPilotHook
-    from npa_airflow.burst.watch import cancel_steps, run_steps
 
     job = BurstJobHandle.from_dict(handle)
-    with SkyPilotHook(job.conn_id).get_client() as client:
-        run_steps(client, cancel_steps(job, client.identity, log, cancel=True, teardown=True))
+    with SkyPilotHook(job.conn_id) as hook:
+        hook.cancel_and_teardown(job, log, cancel=True, teardown=True)
     log.info("Cancelled burst job %s: its task instance was ended by a user", job.to_json())
 
 

@@ -98,11 +98,11 @@ def test_the_sync_facade_runs_the_same_sequence():
     assert [(op, arg.path) for op, arg in client.asked] == [("call", "/down")]
 
 
-def test_the_plugins_entry_runs_the_hooks_sequence_on_a_blocking_client():
-    from types import SimpleNamespace
-
-    from npa_airflow.burst.watch import cancel_steps, run_steps
+def test_the_plugins_entry_runs_the_hooks_sequence(monkeypatch):
+    from npa_airflow import plugin
+    from npa_airflow.burst import hook as hook_module
 
     client = ScriptedClient([None, None])
-    run_steps(SimpleNamespace(core=client), cancel_steps(handle(job_id=2), client.identity, LOG))
+    monkeypatch.setattr(hook_module, "SkyPilotHook", lambda conn_id: SkyPilotHook(client=client))
+    plugin.cancel_burst_job(handle(job_id=2).to_dict())
     assert [(op, arg.path) for op, arg in client.asked] == [("call", "/cancel"), ("call", "/down")]
