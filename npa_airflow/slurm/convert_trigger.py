@@ -1,9 +1,9 @@
 """The trigger that waits for a .sqsh conversion job.
 
 It is the shared `SlurmJobTrigger` (same poller, log streaming, deadline and on_kill), plus one rule from the
-seed: a conversion PENDING on a QOS memory limit (QOSGrpMemLimit) must not be waited out. The trigger ends
-the wait at once through the shared trigger's deadline path (which also cancels the job there), and the event
-is flagged ``blocked_by_qos`` with the pending reason; the operator cancels too and reports what to do.
+seed: a conversion PENDING on a QOS memory limit (QOSGrpMemLimit) must not be waited out. The trigger cancels
+the job and fires a ``held_by_qos`` event with the pending reason; the operator cancels too (idempotent) and
+reports what to do.
 """
 
 from __future__ import annotations
@@ -36,11 +36,13 @@ class SqshConvertTrigger(SlurmJobTrigger):
         reason = qos_memory_hold_reason(update)
         if reason is not None:
             self._qos_hold_reason = reason
-            return None  # ends the wait (the deadline path); _fire() flags the event as held by QOS
+            return None  # ends the wait: _event_without_update() fires the hold
         return update
 
-    def _fire(self, status: str, message: str, **extra: Any) -> Any:
-        if status == "deadline" and self._qos_hold_reason is not None:
-            message = f"Slurm job {self.job_id} is PENDING on {self._qos_hold_reason}"
-            extra.update(blocked_by_qos=True, reason=self._qos_hold_reason, native_state="PENDING")
-        return super()._fire(status, message, **extra)
+    async def _event_without_update(self) -> Any:
+        if self._qos_hold_reason is None:
+            return await super()._event_without_update()
+        message = f"Slurm job {self.job_id} is PENDING on {self._qos_hold_reason}"
+        await self._cancel_here(message)
+        extra = {"blocked_by_qos": True, "reason": self._qos_hold_reason, "native_state": "PENDING"}
+        return self._fire("held_by_qos", message, **extra)

@@ -39,7 +39,7 @@ ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([trigger
 # Between checks of the success marker: 2, 4, 8, ... 60 s, until the deadline.
 MARKER_CHECK_BACKOFF = Backoff(base=2.0, cap=60.0, jitter=0.0)
 
-EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline")
+EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline", "held_by_qos")
 
 
 def make_event_payload(status: str, handle: dict[str, Any], message: str, **extra: Any) -> dict[str, Any]:
@@ -201,7 +201,7 @@ class SlurmJobTrigger(BaseTrigger):
                 if reg.superseded:
                     await self._stand_down(reg)
                 if update is None:
-                    yield await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
+                    yield await self._event_without_update()
                     return
                 self._write_logs(update, reg, labels, splitters)
                 reg.ack(update.cycle)
@@ -338,16 +338,23 @@ class SlurmJobTrigger(BaseTrigger):
         except Exception:  # only once the deadline passed: every failure before it is retried
             return None
 
-    async def _deadline_event(self, message: str) -> TriggerEvent:
-        """Cancel the job right here (the task may take a while to resume on a worker), then fire.
+    async def _event_without_update(self) -> TriggerEvent:
+        """The wait ended with no poll update: the deadline passed (a subclass may stop waiting for its own reason)."""
+        return await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
+
+    async def _cancel_here(self, why: str) -> None:
+        """Cancel the job right here (the task may take a while to resume on a worker).
 
         Best effort and bounded: the operator cancels again when it resumes, and scancel is idempotent.
         """
         try:
             await asyncio.wait_for(get_poller(self.conn_id).hook.acancel(self.job_id), DEADLINE_CANCEL_TIMEOUT)
-            self.log.info("Cancelled Slurm job %s: %s", self.job_id, message)
+            self.log.info("Cancelled Slurm job %s: %s", self.job_id, why)
         except Exception as exc:
-            self.log.warning("Could not cancel Slurm job %s at its deadline (%s); the task will", self.job_id, exc)
+            self.log.warning("Could not cancel Slurm job %s (%s): %s; the task will", self.job_id, why, exc)
+
+    async def _deadline_event(self, message: str) -> TriggerEvent:
+        await self._cancel_here(message)
         return self._fire("deadline", message)
 
     def _fire(self, status: str, message: str, **extra: Any) -> TriggerEvent:

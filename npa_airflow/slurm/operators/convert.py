@@ -213,8 +213,10 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
         """The conversion job ended: the image must now be a valid .sqsh at the target."""
         from airflow.sdk.exceptions import AirflowException
 
-        # The trigger ends the wait of a job held by a QOS memory limit through its deadline path, flagged so.
-        if isinstance(event, dict) and event.get("blocked_by_qos") and isinstance(event.get("handle"), dict):
+        # A conversion held by a QOS memory limit (status held_by_qos; before it had its own status, a deadline
+        # event flagged blocked_by_qos, which a task deferred across an upgrade may still receive).
+        held = isinstance(event, dict) and (event.get("status") == "held_by_qos" or event.get("blocked_by_qos"))
+        if held and isinstance(event.get("handle"), dict):
             self.cancel_held_by_qos_memory(event)
         try:
             super().execute_complete(context, event)

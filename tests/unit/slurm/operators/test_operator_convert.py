@@ -104,7 +104,7 @@ def test_blocked_conversion_is_cancelled_with_the_seeds_advice(monkeypatch) -> N
     hook = RecordingHook()
     monkeypatch.setattr(op, "get_hook", lambda: hook)
     event = {
-        "status": "deadline",
+        "status": "held_by_qos",
         "job_id": "42",
         "handle": _handle().to_dict(),
         "message": "Slurm job 42 is PENDING on QOSGrpMemLimit",
@@ -132,3 +132,26 @@ def test_convert_target_paths() -> None:
     no_cache = SlurmConnectionConfig(conn_id="c", hosts=(("h", 22),), user="u", insecure_skip_host_key_check=True)
     with pytest.raises(NpaValidationError, match="sqsh_cache_dir"):
         SlurmSqshConvertOperator(task_id="c", image="ubuntu:22.04").target_path(no_cache)
+
+
+async def test_a_qos_memory_hold_has_its_own_status_and_is_cancelled_by_the_trigger(monkeypatch) -> None:
+    cancelled: list[str] = []
+
+    async def acancel(job_id: str) -> None:
+        cancelled.append(job_id)
+
+    updates = [PollUpdate(cycle=1, state=JobState.PENDING, info=_info(JobState.PENDING, "PENDING", "QOSGrpMemLimit"))]
+    reg = Registration(job_id="42", cursors=[], offsets_file=None, interval=2.0, submitted_at=1.0)
+    for update in updates:
+        reg.queue.put_nowait(update)
+    poller = SimpleNamespace(
+        register=lambda *a, **k: reg, unregister=lambda r: None, hook=SimpleNamespace(acancel=acancel)
+    )
+    monkeypatch.setattr("npa_airflow.slurm.triggers.get_poller", lambda conn_id: poller)
+    gen = _trigger().run()
+    try:
+        payload = (await anext(gen)).payload
+    finally:
+        await gen.aclose()
+    assert payload["status"] == "held_by_qos"
+    assert cancelled == ["42"]
