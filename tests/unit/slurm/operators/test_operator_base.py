@@ -5,11 +5,9 @@ from __future__ import annotations
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
 from npa_airflow.slurm.commands import SubmitResult
-from npa_airflow.slurm.operators import SlurmSubmitOperator
 from npa_airflow.slurm.operators import base as ops
 from npa_airflow.slurm.operators.bad_nodes import BAD_NODES_KEY
 from npa_airflow.slurm.triggers import make_event_payload
@@ -29,15 +27,6 @@ from tests.harness.slurm_operator_doubles import (
 @pytest.fixture(autouse=True)
 def slurm_conn(monkeypatch):
     install_unit_connection(monkeypatch)
-
-
-def test_default_deferrable(monkeypatch):
-    monkeypatch.delenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", raising=False)
-    assert default_deferrable() is True
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "false")
-    assert default_deferrable() is False
-    assert SlurmSubmitOperator(task_id="t", command="x").deferrable is False
-    assert SlurmSubmitOperator(task_id="t", command="x", deferrable=True).deferrable is True
 
 
 def test_fresh_submission_stages_script_and_defers_with_handle():
@@ -173,26 +162,6 @@ def test_infra_failure_is_retryable_and_names_the_evidence():
         op.execute_complete(context(), event)
     assert not isinstance(err.value, AirflowFailException)
     assert "infrastructure reason (job state NODE_FAIL" in str(err.value)
-
-
-def test_job_link_formats_the_site_template_or_points_at_the_xcom_tab(monkeypatch):
-    from airflow.models.taskinstancekey import TaskInstanceKey
-
-    from npa_airflow.common import links
-
-    handle = {**handle_dict(), "job_name": "npa-a&b-t1"}
-    assert (
-        links.format_job_url("https://ood.example/activejobs?jobid={job_id}&name={job_name}", handle)
-        == "https://ood.example/activejobs?jobid=101&name=npa-a%26b-t1"
-    )
-    key = TaskInstanceKey(dag_id="d", task_id="t", run_id="manual__1", try_number=1, map_index=3)
-    monkeypatch.setattr(links.XCom, "get_value", staticmethod(lambda key, ti_key: handle))
-    monkeypatch.setattr(links, "_job_url_template", lambda conn_id: None)
-    assert links.SlurmJobLink().get_link(None, ti_key=key).endswith("/dags/d/runs/manual__1/tasks/t/mapped/3/xcom")
-    monkeypatch.setattr(links, "_job_url_template", lambda conn_id: "https://site/job/{job_id}")
-    assert links.SlurmJobLink().get_link(None, ti_key=key) == "https://site/job/101"
-    monkeypatch.setattr(links.XCom, "get_value", staticmethod(lambda key, ti_key: None))
-    assert links.SlurmJobLink().get_link(None, ti_key=key) == ""  # nothing submitted yet
 
 
 def test_cancel_option_never_cancels_for_a_submission_with_missing_inputs():
