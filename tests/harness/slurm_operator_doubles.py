@@ -15,6 +15,7 @@ from npa_airflow.common.naming import job_name_for
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import LogChunk, PartitionInfo, SlurmJobInfo
 from npa_airflow.slurm.connection import SlurmConnectionConfig
+from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.operators import SlurmSubmitOperator
 from npa_airflow.slurm.triggers import SlurmJobTrigger
 
@@ -179,3 +180,20 @@ CFG_WITH_EXTRAS = SlurmConnectionConfig(
     results_root="/lustre/results",
     sqsh_cache_dir="/lustre/sqsh",
 )
+
+
+def sqsh_convert_handle() -> SlurmJobHandle:
+    """The handle of a .sqsh conversion job (job 42) on the CFG_WITH_EXTRAS connection."""
+    return SlurmJobHandle(
+        conn_id="slurm_default",
+        cluster=None,
+        job_id="42",
+        job_name="npa-x-0123456789-t1",
+        login_host="login1:22",
+        results_dir="/lustre/sqsh",
+        stdout_path="/lustre/results/slurm-logs/x.out",
+        stderr_path="/lustre/results/slurm-logs/x.err",
+        try_number=1,
+        retry_of=None,
+        submitted_at=1.0,
+    )
