@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -94,17 +95,23 @@ def run_dag(env: dict[str, str], dag_file: Path, conf: dict | None = None, timeo
     return json.loads(lines[-1][len("NPA_RESULT ") :]), output
 
 
-def jobs_named(cluster_ssh, prefix: str, since: str) -> list[dict[str, str]]:
-    out = cluster_ssh(
-        f"sacct -X -n --parsable2 --starttime={since} -o JobID,JobName,State,ExitCode,Partition", check=True
-    ).stdout
-    jobs = []
-    for line in out.splitlines():
-        parts = line.split("|")
-        if len(parts) == 5 and parts[1].startswith(prefix):
-            jobs.append({"id": parts[0], "name": parts[1], "state": parts[2].split()[0], "exit": parts[3],
-                         "partition": parts[4]})  # fmt: skip
-    return jobs
+def jobs_named(cluster_ssh, prefix: str, since: str, at_least: int = 0, timeout: float = 60) -> list[dict[str, str]]:
+    """Accounted jobs whose name starts with `prefix`; waits up to `timeout` s for `at_least` of them to show:
+    slurmdbd records a job after slurmctld has already answered for it (the poller falls back to squeue)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = cluster_ssh(
+            f"sacct -X -n --parsable2 --starttime={since} -o JobID,JobName,State,ExitCode,Partition", check=True
+        ).stdout
+        jobs = []
+        for line in out.splitlines():
+            parts = line.split("|")
+            if len(parts) == 5 and parts[1].startswith(prefix):
+                jobs.append({"id": parts[0], "name": parts[1], "state": parts[2].split()[0], "exit": parts[3],
+                             "partition": parts[4]})  # fmt: skip
+        if len(jobs) >= at_least or time.monotonic() > deadline:
+            return jobs
+        time.sleep(1)
 
 
 def sacct_now(cluster_ssh) -> str:
@@ -152,11 +159,11 @@ def test_pipeline_runs_end_to_end_then_reuses_the_sqsh_and_the_probe(
     assert metrics["dataset_entries"] == 2
     assert metrics["image"] == sqsh  # the training ran "in" the converted image (srun stand-in saw it)
 
-    convert_jobs = jobs_named(cluster_ssh, "npa-slurm-training-convert-", since)
+    convert_jobs = jobs_named(cluster_ssh, "npa-slurm-training-convert-", since, at_least=1)
     assert [(j["state"], j["partition"]) for j in convert_jobs] == [("COMPLETED", "cpu")]
-    probe_jobs = jobs_named(cluster_ssh, "npa-slurm-training-probe-", since)
+    probe_jobs = jobs_named(cluster_ssh, "npa-slurm-training-probe-", since, at_least=1)
     assert [(j["state"], j["partition"]) for j in probe_jobs] == [("COMPLETED", "gpu")]
-    train_jobs = jobs_named(cluster_ssh, "npa-slurm-training-train-", since)
+    train_jobs = jobs_named(cluster_ssh, "npa-slurm-training-train-", since, at_least=1)
     assert [(j["state"], j["partition"]) for j in train_jobs] == [("COMPLETED", "gpu")]
     check = cluster_ssh(f"head -c 4 {sqsh}; echo; unsquashfs -s {sqsh} >/dev/null && echo valid", check=True)
     assert check.stdout.split() == ["hsqs", "valid"]
@@ -168,7 +175,7 @@ def test_pipeline_runs_end_to_end_then_reuses_the_sqsh_and_the_probe(
     assert "no conversion job submitted" in output
     assert jobs_named(cluster_ssh, "npa-slurm-training-convert-", since) == []
     assert jobs_named(cluster_ssh, "npa-slurm-training-probe-", since) == []  # cached working env
-    assert len(jobs_named(cluster_ssh, "npa-slurm-training-train-", since)) == 1
+    assert len(jobs_named(cluster_ssh, "npa-slurm-training-train-", since, at_least=1)) == 1
 
 
 def test_truncated_conversion_fails_and_no_gpu_job_is_submitted(
@@ -186,7 +193,8 @@ def test_truncated_conversion_fails_and_no_gpu_job_is_submitted(
     assert states["probe"] == states["train"] == states["collect"] == "upstream_failed"
     assert "no image was published" in output
     assert "no GPU job may fall back to the registry image" in output
-    assert [j["state"] for j in jobs_named(cluster_ssh, "npa-slurm-training-convert-", since)] == ["FAILED"]
+    convert_jobs = jobs_named(cluster_ssh, "npa-slurm-training-convert-", since, at_least=1)
+    assert [j["state"] for j in convert_jobs] == ["FAILED"]
     assert jobs_named(cluster_ssh, "npa-slurm-training-probe-", since) == []
     assert jobs_named(cluster_ssh, "npa-slurm-training-train-", since) == []
     leftovers = cluster_ssh(f"ls {slurm_cluster.sqsh_dir} | grep -c -- {tag} || true").stdout.strip()
@@ -245,7 +253,8 @@ def test_probe_hang_escalates_to_the_next_knob_set_and_caches_it(airflow_env, tm
     result, output = run_dag(airflow_env, dag_file)
     assert result["state"] == "success", output[-8000:]
     assert result["tasks"]["probe"]["xcom"]["return_value"] == {"NCCL_P2P_DISABLE": "1"}
-    jobs = sorted(jobs_named(cluster_ssh, "npa-npa-it-probe-escalation-probe-", since), key=lambda j: int(j["id"]))
+    jobs = jobs_named(cluster_ssh, "npa-npa-it-probe-escalation-probe-", since, at_least=2)
+    jobs = sorted(jobs, key=lambda j: int(j["id"]))
     assert [(j["name"].rsplit("-", 2)[-2], j["state"], j["exit"]) for j in jobs] == [
         ("k0", "FAILED", "124:0"),
         ("k1", "COMPLETED", "0:0"),
