@@ -120,11 +120,12 @@ with DAG(
     def stage_code() -> dict:
         """Put the training script on shared storage (never fetched inside the GPU allocation)."""
         from npa_airflow.slurm.hook import SlurmHook
+        from npa_airflow.slurm.staging import StagedFile
 
         hook = SlurmHook(CONN_ID)
         root = hook.config.results_root
         path = f"{root}/code/slurm_training/train.py"
-        hook.write_file(path, TRAIN_PY.encode(), mode=0o644)
+        hook.stage([StagedFile(path, TRAIN_PY.encode(), 0o644)])
         return {"script": path, "mount": f"{root}:{root}"}
 
     code = stage_code()

@@ -152,6 +152,17 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
             stdout=as_bytes(done.stdout), stderr=as_bytes(done.stderr), returncode=done.exit_status, host=host
         )
 
+    async def astage(
+        self, files: Sequence[StagedFile], *, required_paths: Sequence[str] = (), mkdirs: Sequence[str] = ()
+    ) -> None:
+        """Check inputs exist, create dirs and write files atomically with their modes, in one round trip.
+
+        Public for DAG code that puts files on shared storage (dags_examples/slurm_training.py stages its script).
+        """
+        command, stdin = build_stage(files, required_paths=required_paths, mkdirs=mkdirs)
+        result = await self.arun(command, stdin=stdin, check=False)
+        self._raise_for_stage(result)
+
     async def astage_and_submit(
         self,
         files: Sequence[StagedFile],

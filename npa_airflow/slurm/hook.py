@@ -35,6 +35,9 @@ class SlurmHook(AsyncSlurmHook):
     def run(self, argv: Sequence[str] | str, **kwargs: Any) -> CommandResult:
         return self._sync(self.arun(argv, **kwargs))
 
+    def stage(self, files: Sequence[StagedFile], **kwargs: Any) -> None:
+        self._sync(self.astage(files, **kwargs))
+
     def stage_and_submit(self, files: Sequence[StagedFile], script_path: str, **kwargs: Any) -> commands.SubmitResult:
         return self._sync(self.astage_and_submit(files, script_path, **kwargs))
 

@@ -252,7 +252,7 @@ def test_probe_hang_escalates_to_the_next_knob_set_and_caches_it(airflow_env, tm
     since = sacct_now(cluster_ssh)
     result, output = run_dag(airflow_env, dag_file)
     assert result["state"] == "success", output[-8000:]
-    assert result["tasks"]["probe"]["xcom"]["return_value"] == {"NCCL_P2P_DISABLE": "1"}
+    assert result["tasks"]["probe"]["xcom"]["return_value"] == {"NCCL_P2P_DISABLE": "1"}, output[-8000:]
     jobs = jobs_named(cluster_ssh, "npa-npa-it-probe-escalation-probe-", since, at_least=2)
     jobs = sorted(jobs, key=lambda j: int(j["id"]))
     assert [(j["name"].rsplit("-", 2)[-2], j["state"], j["exit"]) for j in jobs] == [

@@ -201,7 +201,9 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
     def _show_submitted(self, job: PreparedJob) -> None:
         self.probe_script = job.script
 
-    def probe_complete(self, context: Context, event: dict[str, Any] | None = None, knob_index: int = 0) -> Any:
+    def probe_complete(
+        self, context: Context, event: dict[str, Any] | None = None, knob_index: int | None = None
+    ) -> Any:
         """The probe with knob set `knob_index` ended: return its env, try the next set on a hang, or fail."""
         from npa_airflow.slurm.handle import SlurmJobHandle
         from npa_airflow.slurm.probe import classify_probe_event, knobs_label
@@ -209,6 +211,8 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
 
         event = validate_event(event)
         handle = SlurmJobHandle.from_dict(event["handle"])
+        if knob_index is None:
+            knob_index = self._knob_index_of(context, handle.job_name)
         if knob_index >= len(self.knob_sets):
             raise fail_task(
                 f"probe job {handle.job_name} ran knob set {knob_index}, but only {len(self.knob_sets)} exist"
@@ -235,6 +239,17 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
             f"the collective probe hung with every knob set ({tried}). Do not start the multi-node job: check the "
             "fabric (NCCL_SOCKET_IFNAME, NCCL_IB_HCA) with the site and add a knob set that works."
         )
+
+    def _knob_index_of(self, context: Context, job_name: str) -> int:
+        """Which of this try's knob-set jobs ended, when the deferral kwargs did not come back.
+
+        Airflow 3.3.2's ``dag.test()`` resumes a deferred task with ``{"event": ...}`` only, dropping the kwargs
+        given to ``defer`` (the scheduler path keeps them): the job is then one of the names this try submits.
+        """
+        for index in range(len(self.knob_sets)):
+            if self.job_name_for_knob_set(context, index) == job_name:
+                return index
+        raise fail_task(f"probe job {job_name} is none of this try's knob-set jobs; its knob set is unknown")
 
     def _probe_passed(self, handle: SlurmJobHandle, knob_index: int) -> dict[str, str]:
         """Cache the working knob set (unless the cache is off) and return it."""
