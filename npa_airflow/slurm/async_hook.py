@@ -25,6 +25,7 @@ from npa_airflow.slurm.ssh import (
     MAX_CHANNELS_PER_CONNECTION,
     CommandResult,
     as_bytes,
+    login_shell_command,
     loop_pool,
     open_connection,
     short_command,
@@ -106,14 +107,17 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         check: bool = True,
         idempotent: bool = True,
     ) -> CommandResult:
-        """Run one command on the login host. An argv list is quoted with ``shlex.join``.
+        """Run one command on the login host, always under bash (:func:`login_shell_command`).
+
+        An argv list is quoted with ``shlex.join``; a string must be built only from quoted parts. Either becomes a
+        bash script, so the user's login shell (tcsh, zsh, ...) never parses it.
 
         A connection that turns out dead before the command ran is replaced once. If it dies while the command
         runs, the command is repeated only when ``idempotent``; otherwise ``NpaConnectionError`` is raised and the
         caller decides (sbatch reconciles by job name).
         """
         command = argv if isinstance(argv, str) else shlex.join(argv)
-        if "\x00" in command:  # sshd would cut the command at the NUL (and drop the connection): never send it
+        if "\x00" in command:  # bash would drop the NUL silently and run another command: never send it
             raise NpaValidationError(
                 f"refusing to run a remote command containing a NUL byte: {short_command(command)!r}"
             )
@@ -138,7 +142,8 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         try:
             async with channels:
                 started = True
-                done = await conn.run(command, input=stdin, encoding=None, timeout=timeout, check=False)
+                wire = login_shell_command(command)
+                done = await conn.run(wire, input=stdin, encoding=None, timeout=timeout, check=False)
         except asyncssh.TimeoutError as exc:
             raise NpaRemoteError(f"command on {host} timed out after {timeout} s: {short_command(command)}") from exc
         except asyncssh.ChannelOpenError as exc:

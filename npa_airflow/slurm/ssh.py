@@ -9,6 +9,7 @@ the jittered backoff of :mod:`npa_airflow.common.retry`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import weakref
@@ -170,6 +171,18 @@ def as_bytes(value: bytes | str | None) -> bytes:
     if value is None:
         return b""
     return value if isinstance(value, bytes) else value.encode()
+
+
+def login_shell_command(script: str) -> str:
+    """The command string sent to sshd for ``script``: bash runs it, whatever the user's login shell is.
+
+    sshd runs the command with the login shell (``$SHELL -c``). ``bash -c <shlex.quote(script)>`` is not enough:
+    tcsh and csh reject a newline inside single quotes and expand ``!`` even there. So the script travels base64
+    encoded (``A-Z a-z 0-9 + / =``, inert inside single quotes in every shell) and bash decodes and evals it; stdin
+    is left to the script.
+    """
+    encoded = base64.b64encode(script.encode()).decode("ascii")
+    return f"exec bash -c 'eval \"$(echo {encoded} | base64 -d)\"'"
 
 
 def short_command(command: str, limit: int = 120) -> str:

@@ -1,15 +1,34 @@
-"""AsyncSlurmHook.arun: when a command is run again after its connection died, and when it never is."""
+"""AsyncSlurmHook.arun: when a command is run again after its connection died, and the exact string it sends."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from types import SimpleNamespace
 
 import asyncssh
 import pytest
 
+from npa_airflow.common.ownership import Claim
 from npa_airflow.exceptions import NpaConnectionError
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.hook import SlurmHook
+from npa_airflow.slurm.offsets import (
+    build_commit_offsets,
+    build_read_claims,
+    build_read_offsets,
+    build_write_claims,
+    parse_read_claims,
+    parse_read_offsets,
+)
+from npa_airflow.slurm.preflight import PreflightRequest, build_preflight_command
+from npa_airflow.slurm.ssh import login_shell_command
+from npa_airflow.slurm.staging import StagedFile
 
 CONFIG = SlurmConnectionConfig(conn_id="slurm_x", hosts=(("127.0.0.1", 1),), user="npa")
 
@@ -54,3 +73,105 @@ async def test_a_dead_connection_is_replaced_once_and_only_for_safe_commands(err
     with pytest.raises(NpaConnectionError, match="login1:22"):
         await hook_on(conn).arun("sbatch job.sh", idempotent=idempotent)
     assert (conn.runs, conn.drops) == (runs, runs)
+
+
+class ShellConnection:
+    """Records each exact command string and stdin; with ``shell``, runs it as sshd would: ``<shell> -c <command>``."""
+
+    def __init__(self, shell: str | None = None, path: str | None = None) -> None:
+        self.shell = shell
+        self.env = {**os.environ, "PATH": f"{path}:{os.environ['PATH']}"} if path else None
+        self.sent: list[tuple[str, bytes | None]] = []
+
+    async def run(self, command, *, input=None, **kwargs):
+        self.sent.append((command, input))
+        if self.shell is None:
+            return SimpleNamespace(stdout=b"", stderr=b"", exit_status=0)
+        done = subprocess.run([self.shell, "-c", command], input=input, capture_output=True, env=self.env)
+        return SimpleNamespace(stdout=done.stdout, stderr=done.stderr, exit_status=done.returncode)
+
+
+def _script_of(sent: str) -> str:
+    match = re.fullmatch(r"exec bash -c 'eval \"\$\(echo ([A-Za-z0-9+/=]*) \| base64 -d\)\"'", sent)
+    assert match, sent
+    return base64.b64decode(match.group(1)).decode()
+
+
+@pytest.mark.parametrize(
+    ("argv", "script"),
+    [
+        (["sacct", "-j", "1,2"], "sacct -j 1,2"),
+        (["scancel", "a b!c"], "scancel 'a b!c'"),
+        ("set -u\nprintf '%s\\n' \"$HOME\"", "set -u\nprintf '%s\\n' \"$HOME\""),
+    ],
+)
+async def test_every_command_is_sent_as_bash_of_the_base64_script(argv, script):
+    conn = ShellConnection()
+    await hook_on(conn).arun(argv)  # type: ignore[arg-type]
+    [(sent, _)] = conn.sent
+    assert sent == "exec bash -c 'eval \"$(echo " + base64.b64encode(script.encode()).decode() + " | base64 -d)\"'"
+    assert _script_of(sent) == script
+
+
+SHELLS = [s for s in ("bash", "sh", "tcsh", "csh", "zsh") if shutil.which(s)]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_sent_string_runs_the_script_under_any_login_shell(shell, tmp_path):
+    """What sshd does with the command (`$SHELL -c <command>`), with a script tcsh alone could not parse."""
+    marker = tmp_path / "ran"
+    script = (
+        "set -u\n"
+        "IFS= read -r line\n"
+        f"printf '%s|%s\\n' \"$line\" 'a!b $HOME `x`' > {shlex.quote(str(marker))}\n"
+        "{ echo multi; } && exit 7"
+    )
+    done = subprocess.run([shell, "-c", login_shell_command(script)], input=b"first line\n", capture_output=True)
+    assert done.returncode == 7, done.stderr
+    assert marker.read_text() == "first line|a!b $HOME `x`\n"
+    assert done.stdout == b"multi\n"
+
+
+def _tcsh() -> str:
+    if not shutil.which("tcsh"):
+        pytest.skip("tcsh is not installed (dev/setup installs it)")
+    return "tcsh"
+
+
+def test_tcsh_cannot_run_a_plainly_quoted_multiline_script():
+    """Why the wrapper encodes: `bash -c <shlex.quote(script)>` fails in tcsh (newline, `!` in single quotes)."""
+    plain = "bash -c " + shlex.quote("echo one\necho 'a!b'")
+    assert subprocess.run([_tcsh(), "-c", plain], capture_output=True).returncode != 0
+
+
+async def test_the_hooks_commands_work_for_a_tcsh_login_user(tmp_path):
+    """Stage + submit, tail, paths, claims/offsets and preflight through the hook, with tcsh as the login shell."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "sbatch").write_text('#!/bin/bash\necho "4242;c1"\n')
+    (fake_bin / "sbatch").chmod(0o755)
+    conn = ShellConnection(_tcsh(), path=str(fake_bin))
+    hook = hook_on(conn)  # type: ignore[arg-type]
+    jobdir = tmp_path / "job it's $(x) !1"
+    script = jobdir / "a.sbatch"
+    submitted = await hook.astage_and_submit(
+        [StagedFile(str(script), b"#!/bin/bash\necho 'hi!'\n")], str(script), required_paths=[str(tmp_path)]
+    )
+    assert submitted.job_id == "4242" and script.read_bytes() == b"#!/bin/bash\necho 'hi!'\n"
+    [chunk] = await hook.atail_logs([(str(script), 3)])
+    assert chunk.data == b"bin/bash\necho 'hi!'\n"
+    assert await hook.apaths_exist([str(script), str(jobdir / "nope")]) == {
+        str(script): True,
+        str(jobdir / "nope"): False,
+    }
+    claim_file, offsets = str(jobdir / "o.npa-owner-x"), str(jobdir / "o.npa-offsets")
+    claim = Claim.new(1)
+    await hook.arun(build_write_claims([(claim_file, claim)]))
+    await hook.arun(build_commit_offsets([(offsets, '{"a": 5}')], {offsets: (claim_file, claim)}))
+    read = await hook.arun(build_read_claims([claim_file]) + "; " + build_read_offsets([offsets]))
+    first, rest = read.stdout.split(b"\n", 1)
+    assert parse_read_claims(first, [claim_file]) == {claim_file: claim}
+    assert parse_read_offsets(rest, [offsets]) == {offsets: {"a": 5}}
+    request = PreflightRequest(tools=("bash",), check_pyxis=False, check_enroot=False, dataset_paths=(str(jobdir),))
+    done = await hook.arun(build_preflight_command(request), check=False)
+    assert "NPA_PF" in done.text and done.returncode == 0, done.stderr
