@@ -23,6 +23,7 @@ from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.ssh import (
     CONNECTION_ERRORS,
     MAX_CHANNELS_PER_CONNECTION,
+    MAX_COMMAND_BYTES,
     CommandResult,
     as_bytes,
     login_shell_command,
@@ -121,8 +122,14 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
             raise NpaValidationError(
                 f"refusing to run a remote command containing a NUL byte: {short_command(command)!r}"
             )
+        wire = login_shell_command(command)
+        if len(wire) > MAX_COMMAND_BYTES:  # ASCII: characters are bytes
+            raise NpaValidationError(
+                f"remote command too long: {len(wire)} bytes once encoded for the login shell, which takes at most "
+                f"{MAX_COMMAND_BYTES} in one argument (Linux MAX_ARG_STRLEN); split it: {short_command(command)!r}"
+            )
         result = await aretry(
-            lambda: self._run_once(command, stdin, timeout, idempotent),
+            lambda: self._run_once(command, wire, stdin, timeout, idempotent),
             transient=lambda exc: isinstance(exc, _RepeatableConnectionError),
             backoff=RERUN_BACKOFF,
             budget=Budget(attempts=RUN_ATTEMPTS),
@@ -135,14 +142,14 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         return result
 
     async def _run_once(
-        self, command: str, stdin: bytes | None, timeout: float | None, idempotent: bool
+        self, command: str, wire: str, stdin: bytes | None, timeout: float | None, idempotent: bool
     ) -> CommandResult:
+        """Send ``wire`` (``command`` as the login shell receives it); messages quote ``command``."""
         conn, host, channels = await self._connection()
         started = False
         try:
             async with channels:
                 started = True
-                wire = login_shell_command(command)
                 done = await conn.run(wire, input=stdin, encoding=None, timeout=timeout, check=False)
         except asyncssh.TimeoutError as exc:
             raise NpaRemoteError(f"command on {host} timed out after {timeout} s: {short_command(command)}") from exc

@@ -27,6 +27,8 @@ T = TypeVar("T")
 # Errors that mean "the transport failed", as opposed to "the remote command failed".
 CONNECTION_ERRORS = (OSError, asyncssh.Error, asyncio.TimeoutError, EOFError)
 MAX_CHANNELS_PER_CONNECTION = 8
+# sshd hands the command to the login shell as ONE argument: Linux caps one argument at 128 KiB with its NUL.
+MAX_COMMAND_BYTES = 128 * 1024 - 1
 # Between rounds over all login hosts: 1-2 s, then 2-4 s, ...
 CONNECT_BACKOFF = Backoff(base=1.0, cap=30.0, jitter=1.0)
 

@@ -15,7 +15,7 @@ import asyncssh
 import pytest
 
 from npa_airflow.common.ownership import Claim
-from npa_airflow.exceptions import NpaConnectionError
+from npa_airflow.exceptions import NpaConnectionError, NpaValidationError
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.offsets import (
@@ -27,7 +27,7 @@ from npa_airflow.slurm.offsets import (
     parse_read_offsets,
 )
 from npa_airflow.slurm.preflight import PreflightRequest, build_preflight_command
-from npa_airflow.slurm.ssh import login_shell_command
+from npa_airflow.slurm.ssh import MAX_COMMAND_BYTES, login_shell_command
 from npa_airflow.slurm.staging import StagedFile
 
 CONFIG = SlurmConnectionConfig(conn_id="slurm_x", hosts=(("127.0.0.1", 1),), user="npa")
@@ -175,3 +175,13 @@ async def test_the_hooks_commands_work_for_a_tcsh_login_user(tmp_path):
     request = PreflightRequest(tools=("bash",), check_pyxis=False, check_enroot=False, dataset_paths=(str(jobdir),))
     done = await hook.arun(build_preflight_command(request), check=False)
     assert "NPA_PF" in done.text and done.returncode == 0, done.stderr
+
+
+async def test_a_command_too_long_for_one_argument_is_refused_before_sending():
+    conn = ShellConnection()
+    hook = hook_on(conn)  # type: ignore[arg-type]
+    fits = "x" * (MAX_COMMAND_BYTES * 3 // 4 - 64)
+    await hook.arun(["printf", fits])
+    with pytest.raises(NpaValidationError, match="too long"):
+        await hook.arun(["printf", fits + "x" * 128])
+    assert len(conn.sent) == 1 and len(conn.sent[0][0]) <= MAX_COMMAND_BYTES
