@@ -33,6 +33,7 @@ from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob
 from npa_airflow.slurm.operators.submission import AdoptOrSubmitMixin
 
 if TYPE_CHECKING:
+    import jinja2
     from airflow.sdk import Context
 
     from npa_airflow.slurm.handle import SlurmJobHandle
@@ -103,6 +104,23 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         self._done = False
         # How the current step prepares the job of another name (an earlier try's, to reattach to it).
         self._prepare_named: Callable[[str], PreparedJob] | None = None
+
+    def render_template(
+        self,
+        content: Any,
+        context: Context,
+        jinja_env: jinja2.Environment | None = None,
+        seen_oids: set[int] | None = None,
+    ) -> Any:
+        """Airflow's rendering, keeping a value's final newline (Jinja drops it by default).
+
+        Without this an environment value ending in "\n" reached the job without it, silently. Every template
+        field renders through here (mapped tasks too), so each value arrives byte for byte.
+        """
+        env = jinja_env if jinja_env is not None else self.get_template_env()
+        if not env.keep_trailing_newline:
+            env = env.overlay(keep_trailing_newline=True)
+        return super().render_template(content, context, env, seen_oids)
 
     # -- what to run (subclasses) ------------------------------------------------------------------------
 
