@@ -136,9 +136,14 @@ def find_placeholders(text: str) -> set[str]:
 def check_placeholders(text: str, field_name: str = "text") -> None:
     unknown = sorted(find_placeholders(text) - set(PLACEHOLDERS))
     if unknown:
+        # An operator's text fields are Jinja templates rendered by Airflow first: a bare "{{name}}" there is
+        # a Jinja expression (undefined), so the escape must pass through Jinja untouched.
+        literal, escaped = "{" + unknown[0] + "}", "{{" + unknown[0] + "}}"
         raise NpaValidationError(
             f"{field_name} uses unknown placeholder(s) {', '.join('{' + n + '}' for n in unknown)}; the known "
-            f"ones are {', '.join('{' + n + '}' for n in PLACEHOLDERS)} (write {{{{ and }}}} for literal braces)"
+            f"ones are {', '.join('{' + n + '}' for n in PLACEHOLDERS)}. For a literal {literal}, write {escaped} "
+            f"in an SbatchSpec, or {{% raw %}}{escaped}{{% endraw %}} in an operator's field (Airflow renders "
+            "it with Jinja first)"
         )
 
 

@@ -35,7 +35,8 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     The rendered script is the template field `sbatch_script` ("Rendered Template" in the UI).
     `command` and the other text fields are Jinja templates: bash's `${#VAR}` opens a Jinja comment, so
-    write `{{ '${#VAR}' }}` (or avoid it).
+    write `{{ '${#VAR}' }}` (or avoid it); a literal `{name}` is `{% raw %}{{name}}{% endraw %}`. Values keep
+    their final newline (Airflow's Jinja would drop it; see `SlurmJobOperatorBase.render_template`).
     """
 
     template_fields: Sequence[str] = (
