@@ -205,7 +205,10 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         env = self.job_environment(hook)
         step = dict(step or {})
         self._prepare_named = lambda name: self.prepare_job(name, (), env, step)
+        from npa_airflow.slurm.scripts import check_script_size
+
         job = self.prepare_job(job_name, exclude, env, step)
+        check_script_size(job.script)
         self.check_prepared_job(job)
         self._show_submitted(job)
         self.check_on_cluster(hook, job)
