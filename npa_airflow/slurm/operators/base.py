@@ -123,8 +123,10 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         """Local checks of a prepared job that need I/O (e.g. `bash -n`); none by default."""
 
     def check_on_cluster(self, hook: SlurmHook, job: PreparedJob) -> None:
-        """Read-only checks before anything is written: the partition exists and allows the wall time."""
-        if job.partition is None and job.time_minutes is None:
+        """Read-only checks before anything is written: the inputs exist, the partition exists, allows the wall
+        time and can ever hold the request (nodes, GPUs and memory per node)."""
+        self._check_inputs(hook, job)
+        if job.partition is None and job.time_minutes is None and job.nodes is None:
             return
         partitions = self.cluster_read("reading partitions", hook.partitions)
         name = job.partition or next((p.name for p in partitions.values() if p.default), None)
@@ -143,6 +145,32 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
                     f"time_hours asks for {job.time_minutes} min but partition {part!r} allows at most {limit} min "
                     "(MaxTime); lower time_hours or choose a partition whose MaxTime allows it"
                 )
+        if job.nodes is not None:
+            self._check_fit(hook, job, [partitions[p] for p in name.split(",")])
+
+    def _check_inputs(self, hook: SlurmHook, job: PreparedJob) -> None:
+        if not job.required_paths:
+            return
+        exists = self.cluster_read("checking inputs", hook.paths_exist, list(job.required_paths))
+        missing = [p for p, ok in exists.items() if not ok]
+        if missing:
+            raise NpaValidationError(
+                f"required inputs do not exist on the cluster: {', '.join(missing)}. Stage the data on shared "
+                "storage (e.g. Lustre) first, or correct the paths; nothing was written or submitted."
+            )
+
+    def _check_fit(self, hook: SlurmHook, job: PreparedJob, partitions: Sequence[Any]) -> None:
+        """Refuse a request no partition of the job can ever run (it would pend until its deadline)."""
+        from npa_airflow.slurm.fit import Request, misfit
+
+        nodes = self.cluster_read("reading nodes", hook.nodes)
+        request = Request(nodes=job.nodes or 1, gpus_per_node=job.gpus_per_node, mem_mb=job.mem_mb)
+        reasons = [misfit(request, part, nodes) for part in partitions]
+        if all(reasons):
+            raise NpaValidationError(
+                f"this job can never start on the cluster of connection {self.slurm_conn_id!r}: "
+                f"{'; '.join(r for r in reasons if r)}. Nothing was submitted."
+            )
 
     # -- identity ----------------------------------------------------------------------------------------
 
