@@ -155,8 +155,9 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         missing = [p for p, ok in exists.items() if not ok]
         if missing:
             raise NpaValidationError(
-                f"required inputs do not exist on the cluster: {', '.join(missing)}. Stage the data on shared "
-                "storage (e.g. Lustre) first, or correct the paths; nothing was written or submitted."
+                f"required inputs do not exist on the cluster (checked with test -e): {', '.join(missing)}. Stage "
+                "the data on shared storage (e.g. Lustre) first, or correct the paths; nothing was written or "
+                "submitted."
             )
 
     def _check_fit(self, hook: SlurmHook, job: PreparedJob, partitions: Sequence[Any]) -> None:
@@ -360,6 +361,13 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
             self._done = True
             raise AirflowException(
                 f"{job} did not finish before its deadline (max_wait / execution_timeout); it was cancelled"
+            )
+        if status == "unsatisfiable":
+            self._cancel_job(hook, handle, f"Slurm says it can never start ({event.get('reason')})")
+            self._done = True
+            raise AirflowFailException(
+                f"{event['message']}; it was cancelled. Change the request (nodes, gpus_per_node, --mem, "
+                "--constraint, partition, account/QOS) to what the cluster offers and run the task again."
             )
         if status == "canceled" and handle.job_name != own_job_name:
             # This try had reattached to an earlier try's job, and that job was cancelled: the user cleared the
