@@ -43,6 +43,8 @@ class CommandResult:
     stderr: bytes
     returncode: int | None  # None: no exit status arrived ("unknown", never success)
     host: str
+    # The channel was closed for sending before stdin was written: the command never received its input.
+    stdin_refused: bool = False
 
     @property
     def text(self) -> str:

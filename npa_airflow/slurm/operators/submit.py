@@ -204,6 +204,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
     ) -> PreparedJob:
         import shlex
 
+        from npa_airflow.slurm.fit import mem_mb_of
         from npa_airflow.slurm.scripts import assert_script_clean, render_sbatch
         from npa_airflow.slurm.staging import StagedFile
 
@@ -229,6 +230,9 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             wall_seconds=spec.time_minutes * 60,
             partition=spec.partition,
             time_minutes=spec.time_minutes,
+            nodes=spec.nodes,
+            gpus_per_node=spec.gpus_per_node,
+            mem_mb=mem_mb_of(spec.extra_sbatch),
             secret_values=tuple(secrets.values()),
         )
 

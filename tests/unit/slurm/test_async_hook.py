@@ -1,4 +1,5 @@
-"""AsyncSlurmHook.arun: when a command is run again after its connection died, and the exact string it sends."""
+"""AsyncSlurmHook.arun: when a command is run again after its connection died, and when it never is; the exact
+string it sends; and how astage_and_submit classifies a session whose stdin the remote side closed unread."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import asyncssh
 import pytest
 
 from npa_airflow.common.ownership import Claim
-from npa_airflow.exceptions import NpaConnectionError, NpaValidationError
+from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.offsets import (
@@ -28,7 +29,7 @@ from npa_airflow.slurm.offsets import (
 )
 from npa_airflow.slurm.preflight import PreflightRequest, build_preflight_command
 from npa_airflow.slurm.ssh import MAX_COMMAND_BYTES, login_shell_command
-from npa_airflow.slurm.staging import StagedFile
+from npa_airflow.slurm.staging import SBATCH_BEGIN, StagedFile
 
 CONFIG = SlurmConnectionConfig(conn_id="slurm_x", hosts=(("127.0.0.1", 1),), user="npa")
 
@@ -44,6 +45,9 @@ class DyingConnection:
     async def run(self, *args, **kwargs):
         self.runs += 1
         raise self.error
+
+    async def create_process(self, *args, **kwargs):
+        return await self.run(*args, **kwargs)
 
 
 def hook_on(conn: DyingConnection) -> SlurmHook:
@@ -89,6 +93,21 @@ class ShellConnection:
             return SimpleNamespace(stdout=b"", stderr=b"", exit_status=0)
         done = subprocess.run([self.shell, "-c", command], input=input, capture_output=True, env=self.env)
         return SimpleNamespace(stdout=done.stdout, stderr=done.stderr, exit_status=done.returncode)
+
+    async def create_process(self, command, **kwargs):
+        """asyncssh's session: stdin is gathered until EOF, then the command runs with it."""
+        connection, written = self, bytearray()
+
+        class Session:
+            stdin = SimpleNamespace(write=written.extend, write_eof=lambda: None)
+
+            async def wait(self, check: bool = False, timeout: float | None = None):
+                return await connection.run(command, input=bytes(written) if written else None)
+
+            def close(self) -> None:
+                pass
+
+        return Session()
 
 
 def _script_of(sent: str) -> str:
@@ -185,3 +204,94 @@ async def test_a_command_too_long_for_one_argument_is_refused_before_sending():
     with pytest.raises(NpaValidationError, match="too long"):
         await hook.arun(["printf", fits + "x" * 128])
     assert len(conn.sent) == 1 and len(conn.sent[0][0]) <= MAX_COMMAND_BYTES
+
+
+class _Stdin:
+    def __init__(self, closed: bool) -> None:
+        self.closed = closed
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            raise BrokenPipeError("Channel not open for sending")  # asyncssh's error, word for word
+
+    def write_eof(self) -> None:
+        pass
+
+
+class _Done:
+    def __init__(self, stdout: bytes, exit_status: int | None) -> None:
+        self.stdout, self.stderr, self.exit_status = stdout, b"", exit_status
+
+
+class _Process:
+    def __init__(self, closed: bool, stdout: bytes, exit_status: int | None, lost: Exception | None) -> None:
+        self.stdin = _Stdin(closed)
+        self.done = _Done(stdout, exit_status)
+        self.lost = lost
+
+    async def wait(self, check: bool = False, timeout: float | None = None) -> _Done:
+        if self.lost is not None:
+            raise self.lost
+        return self.done
+
+    def close(self) -> None:
+        pass
+
+
+class StagingConnection(DyingConnection):
+    """One session whose stdin may already be closed when written (the script exited first), like asyncssh's."""
+
+    def __init__(self, *, closed: bool, stdout: bytes = b"", exit_status: int | None, lost: Exception | None = None):
+        super().__init__(RuntimeError("unused"))
+        self.process = _Process(closed, stdout, exit_status, lost)
+
+    async def create_process(self, *args, **kwargs):
+        self.runs += 1
+        return self.process
+
+    async def run(self, *args, input=None, **kwargs):  # asyncssh: create_process, write input, wait
+        process = await self.create_process()
+        process.stdin.write(input)
+        return await process.wait()
+
+
+def _stage(conn: StagingConnection):
+    files = [StagedFile("/shared/big.bin", b"x" * (1 << 20)), StagedFile("/shared/job.sbatch", b"#!/bin/bash\n")]
+    return hook_on(conn).stage_and_submit(files, "/shared/job.sbatch", required_paths=["/shared/no-such"])
+
+
+@pytest.mark.parametrize("exit_status", [3, None])  # None: the status was lost, the output says why
+def test_missing_inputs_under_a_closed_stdin_are_the_named_refusal(exit_status):
+    conn = StagingConnection(closed=True, stdout=b"NPA_MISSING /shared/no-such\n", exit_status=exit_status)
+    with pytest.raises(NpaValidationError, match=r"required inputs do not exist.*/shared/no-such"):
+        _stage(conn)
+    assert conn.runs == 1
+
+
+@pytest.mark.parametrize(
+    ("stdout", "exit_status", "lost"),
+    [
+        (b"", None, None),  # stdin closed unread and no sbatch marker: the script ended before sbatch
+        (b"", 4, None),
+        (b"", None, ConnectionResetError("reset")),  # stdin closed unread, then the connection died
+    ],
+)
+def test_a_closed_stdin_before_sbatch_is_a_definite_refusal(stdout, exit_status, lost):
+    conn = StagingConnection(closed=True, stdout=stdout, exit_status=exit_status, lost=lost)
+    with pytest.raises(NpaRemoteError) as caught:
+        _stage(conn)
+    assert not isinstance(caught.value, NpaAmbiguousSubmission)
+    assert conn.runs == 1
+
+
+@pytest.mark.parametrize(
+    ("stdout", "lost"),
+    [
+        (f"{SBATCH_BEGIN}\n".encode(), None),  # sbatch started, its outcome never arrived
+        (b"", ConnectionResetError("reset")),  # stdin was accepted: sbatch may have run
+    ],
+)
+def test_a_session_lost_after_sbatch_could_run_stays_ambiguous(stdout, lost):
+    conn = StagingConnection(closed=False, stdout=stdout, exit_status=None, lost=lost)
+    with pytest.raises(NpaAmbiguousSubmission):
+        _stage(conn)
