@@ -23,8 +23,10 @@ from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.ssh import (
     CONNECTION_ERRORS,
     MAX_CHANNELS_PER_CONNECTION,
+    MAX_COMMAND_BYTES,
     CommandResult,
     as_bytes,
+    login_shell_command,
     loop_pool,
     open_connection,
     short_command,
@@ -44,6 +46,21 @@ RUN_ATTEMPTS = 2
 
 class _RepeatableConnectionError(NpaConnectionError):
     """The connection died where running the command again is safe (it had not started, or is idempotent)."""
+
+
+class _StdinRefusedConnectionError(NpaConnectionError):
+    """The connection died after the remote side had closed stdin unread: the command never got its input."""
+
+
+def _feed(process: asyncssh.SSHClientProcess[bytes], stdin: bytes | None) -> bool:
+    """Write ``stdin`` and EOF; True when the channel was already closed for sending (the command had exited)."""
+    try:
+        if stdin:
+            process.stdin.write(stdin)
+        process.stdin.write_eof()  # always: a command that reads stdin must never wait for more
+    except BrokenPipeError:  # asyncssh: "Channel not open for sending"
+        return True
+    return False
 
 
 class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
@@ -106,19 +123,28 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         check: bool = True,
         idempotent: bool = True,
     ) -> CommandResult:
-        """Run one command on the login host. An argv list is quoted with ``shlex.join``.
+        """Run one command on the login host, always under bash (:func:`login_shell_command`).
+
+        An argv list is quoted with ``shlex.join``; a string must be built only from quoted parts. Either becomes a
+        bash script, so the user's login shell (tcsh, zsh, ...) never parses it.
 
         A connection that turns out dead before the command ran is replaced once. If it dies while the command
         runs, the command is repeated only when ``idempotent``; otherwise ``NpaConnectionError`` is raised and the
         caller decides (sbatch reconciles by job name).
         """
         command = argv if isinstance(argv, str) else shlex.join(argv)
-        if "\x00" in command:  # sshd would cut the command at the NUL (and drop the connection): never send it
+        if "\x00" in command:  # bash would drop the NUL silently and run another command: never send it
             raise NpaValidationError(
                 f"refusing to run a remote command containing a NUL byte: {short_command(command)!r}"
             )
+        wire = login_shell_command(command)
+        if len(wire) > MAX_COMMAND_BYTES:  # ASCII: characters are bytes
+            raise NpaValidationError(
+                f"remote command too long: {len(wire)} bytes once encoded for the login shell, which takes at most "
+                f"{MAX_COMMAND_BYTES} in one argument (Linux MAX_ARG_STRLEN); split it: {short_command(command)!r}"
+            )
         result = await aretry(
-            lambda: self._run_once(command, stdin, timeout, idempotent),
+            lambda: self._run_once(command, wire, stdin, timeout, idempotent),
             transient=lambda exc: isinstance(exc, _RepeatableConnectionError),
             backoff=RERUN_BACKOFF,
             budget=Budget(attempts=RUN_ATTEMPTS),
@@ -131,14 +157,20 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         return result
 
     async def _run_once(
-        self, command: str, stdin: bytes | None, timeout: float | None, idempotent: bool
+        self, command: str, wire: str, stdin: bytes | None, timeout: float | None, idempotent: bool
     ) -> CommandResult:
+        """Send ``wire`` (``command`` as the login shell receives it); messages quote ``command``."""
         conn, host, channels = await self._connection()
-        started = False
+        started = refused = False
         try:
             async with channels:
                 started = True
-                done = await conn.run(command, input=stdin, encoding=None, timeout=timeout, check=False)
+                process = await conn.create_process(wire, encoding=None)
+                try:
+                    refused = _feed(process, stdin)
+                    done = await process.wait(check=False, timeout=timeout)
+                finally:
+                    process.close()
         except asyncssh.TimeoutError as exc:
             raise NpaRemoteError(f"command on {host} timed out after {timeout} s: {short_command(command)}") from exc
         except asyncssh.ChannelOpenError as exc:
@@ -147,9 +179,15 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         except CONNECTION_ERRORS as exc:
             await self._drop(conn)
             error = _RepeatableConnectionError if idempotent or not started else NpaConnectionError
+            if refused and error is NpaConnectionError:
+                error = _StdinRefusedConnectionError
             raise error(f"connection to {host} lost while running {short_command(command)}: {exc}") from exc
         return CommandResult(
-            stdout=as_bytes(done.stdout), stderr=as_bytes(done.stderr), returncode=done.exit_status, host=host
+            stdout=as_bytes(done.stdout),
+            stderr=as_bytes(done.stderr),
+            returncode=done.exit_status,
+            host=host,
+            stdin_refused=refused,
         )
 
     async def astage(
@@ -188,10 +226,17 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         )
         try:
             result = await self.arun(command, stdin=stdin, check=False, idempotent=False, timeout=180)
+        except _StdinRefusedConnectionError as exc:  # every file (the script too) is read before sbatch runs
+            raise NpaRemoteError(
+                f"the login host closed the session for {script_path} before reading the staged files, then the "
+                f"connection was lost; sbatch never ran: {exc}"
+            ) from exc
         except NpaConnectionError as exc:
             raise NpaAmbiguousSubmission(f"connection lost during submission of {script_path}: {exc}") from exc
         except NpaRemoteError as exc:  # timed out: sbatch may have created the job
             raise NpaAmbiguousSubmission(f"submission of {script_path} did not finish: {exc}") from exc
+        if result.returncode is None and self._refused_before_sbatch(result):
+            self._raise_for_stage(result)
         if result.returncode is None:  # the session ended without a status (e.g. killed after sbatch ran)
             raise NpaAmbiguousSubmission(f"submission of {script_path} on {result.host} ended without an exit status")
         self._raise_for_stage(result)
@@ -210,9 +255,17 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         return commands.parse_sbatch_submit(outcome.sbatch_stdout)
 
     @staticmethod
+    def _refused_before_sbatch(result: CommandResult) -> bool:
+        """No exit status, but certainly nothing submitted: the script reported missing inputs (it exits right
+        after), or it closed stdin unread (sbatch runs only after every staged file was read) and never printed
+        the marker it prints before sbatch."""
+        outcome = parse_stage_output(result.text)
+        return bool(outcome.missing) or (result.stdin_refused and not outcome.sbatch_started)
+
+    @staticmethod
     def _raise_for_stage(result: CommandResult) -> None:
-        if result.returncode == EXIT_MISSING_INPUTS:
-            missing = parse_stage_output(result.text).missing
+        missing = parse_stage_output(result.text).missing
+        if result.returncode == EXIT_MISSING_INPUTS or (result.returncode is None and missing):
             raise NpaValidationError(
                 "required inputs do not exist on the cluster (checked with test -e from "
                 f"{result.host}): {', '.join(missing)}. Stage the data on shared storage (e.g. Lustre) first, "
@@ -223,7 +276,10 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
                 f"staging files on {result.host} failed (exit {result.returncode}): {result.error_text[-2000:]}"
             )
         if result.returncode is None:
-            raise NpaRemoteError(f"staging files on {result.host} ended without an exit status")
+            raise NpaRemoteError(
+                f"staging files on {result.host} ended without an exit status before sbatch ran (nothing was "
+                f"submitted): {result.error_text[-2000:]}"
+            )
 
     async def ajob_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
         """States of many jobs: ONE sacct, plus ONE squeue only for ids accounting does not know yet."""

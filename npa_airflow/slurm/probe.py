@@ -29,7 +29,18 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # Names the probe job sets itself; a knob set must not override them.
 _RESERVED_ENV = frozenset(
-    {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "PATH", "probe_script", "rc"}
+    {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "NODE_RANK",
+        "PATH",
+        "probe_script",
+        "npa_knobs",
+        "rc",
+    }
 )
 
 

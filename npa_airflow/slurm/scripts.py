@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from npa_airflow.common.templates import template_env
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.spec import MASTER_PORT, SbatchSpec
+from npa_airflow.slurm.spec import MASTER_PORT, MAX_SCRIPT_BYTES, SbatchSpec
 
 SINGLENODE_TEMPLATE = "slurm/singlenode.sbatch.j2"
 MULTINODE_TEMPLATE = "slurm/multinode.sbatch.j2"
@@ -153,3 +153,14 @@ def bash_syntax_check(script: str, timeout: float = 30) -> None:
     if proc.returncode != 0:
         message = proc.stderr.decode("utf-8", "replace").strip().replace("bash: ", "")
         raise NpaValidationError(f"the sbatch script is not valid bash (bash -n): {message}")
+
+
+def check_script_size(script: str, limit: int = MAX_SCRIPT_BYTES) -> None:
+    """Refuse before staging a script slurmctld would refuse as "too long" (max_script_size, 4 MB by default)."""
+    size = len(script.encode("utf-8"))
+    if size > limit:
+        raise NpaValidationError(
+            f"the rendered batch script is {size} bytes; Slurm refuses scripts above {limit} bytes "
+            "(SchedulerParameters=max_script_size, 4 MB by default). Move large values (environment, commands) "
+            "into files on shared storage; nothing was written or submitted."
+        )

@@ -32,6 +32,10 @@ DEFAULT_MAX_TIME_HOURS = 4.0
 CHILD_TIMEOUT_FRACTION = 0.95  # 3.8 h of a 4 h wall: leaves time for post commands and the marker
 MASTER_PORT = 29500
 MAX_NODES = 4096
+# slurmctld refuses a batch script larger than SchedulerParameters=max_script_size (default 4 MB, Slurm's
+# DEFAULT_BATCH_SCRIPT_LIMIT) with "Pathname of a file, directory or other parameter too long". Environment
+# values are exported in the script itself, so each one, and the whole script, must fit.
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 
 PLACEHOLDERS = ("config_path", "job_id", "results_dir")
 
@@ -136,9 +140,14 @@ def find_placeholders(text: str) -> set[str]:
 def check_placeholders(text: str, field_name: str = "text") -> None:
     unknown = sorted(find_placeholders(text) - set(PLACEHOLDERS))
     if unknown:
+        # An operator's text fields are Jinja templates rendered by Airflow first: a bare "{{name}}" there is
+        # a Jinja expression (undefined), so the escape must pass through Jinja untouched.
+        literal, escaped = "{" + unknown[0] + "}", "{{" + unknown[0] + "}}"
         raise NpaValidationError(
             f"{field_name} uses unknown placeholder(s) {', '.join('{' + n + '}' for n in unknown)}; the known "
-            f"ones are {', '.join('{' + n + '}' for n in PLACEHOLDERS)} (write {{{{ and }}}} for literal braces)"
+            f"ones are {', '.join('{' + n + '}' for n in PLACEHOLDERS)}. For a literal {literal}, write {escaped} "
+            f"in an SbatchSpec, or {{% raw %}}{escaped}{{% endraw %}} in an operator's field (Airflow renders "
+            "it with Jinja first)"
         )
 
 
@@ -349,6 +358,15 @@ class SbatchSpec:
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 raise _fail("environment", {name: value}, "values must be strings (or numbers)")
             env[name] = _check_text(f"environment[{name!r}]", str(value))
+            size = len(env[name].encode("utf-8"))
+            if size > MAX_SCRIPT_BYTES:
+                raise _fail(
+                    "environment",
+                    f"{name}=<{size} bytes>",
+                    f"is {size} bytes; it is exported in the batch script, which Slurm refuses above "
+                    f"{MAX_SCRIPT_BYTES} bytes (max_script_size, 4 MB by default): stage the data as a file on "
+                    "shared storage and pass its path instead",
+                )
             if not self.placeholders_bound:
                 check_placeholders(env[name], f"SbatchSpec.environment[{name!r}]")
         put("environment", env)

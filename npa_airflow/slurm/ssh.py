@@ -9,6 +9,7 @@ the jittered backoff of :mod:`npa_airflow.common.retry`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import weakref
@@ -26,6 +27,8 @@ T = TypeVar("T")
 # Errors that mean "the transport failed", as opposed to "the remote command failed".
 CONNECTION_ERRORS = (OSError, asyncssh.Error, asyncio.TimeoutError, EOFError)
 MAX_CHANNELS_PER_CONNECTION = 8
+# sshd hands the command to the login shell as ONE argument: Linux caps one argument at 128 KiB with its NUL.
+MAX_COMMAND_BYTES = 128 * 1024 - 1
 # Between rounds over all login hosts: 1-2 s, then 2-4 s, ...
 CONNECT_BACKOFF = Backoff(base=1.0, cap=30.0, jitter=1.0)
 
@@ -40,6 +43,8 @@ class CommandResult:
     stderr: bytes
     returncode: int | None  # None: no exit status arrived ("unknown", never success)
     host: str
+    # The channel was closed for sending before stdin was written: the command never received its input.
+    stdin_refused: bool = False
 
     @property
     def text(self) -> str:
@@ -170,6 +175,18 @@ def as_bytes(value: bytes | str | None) -> bytes:
     if value is None:
         return b""
     return value if isinstance(value, bytes) else value.encode()
+
+
+def login_shell_command(script: str) -> str:
+    """The command string sent to sshd for ``script``: bash runs it, whatever the user's login shell is.
+
+    sshd runs the command with the login shell (``$SHELL -c``). ``bash -c <shlex.quote(script)>`` is not enough:
+    tcsh and csh reject a newline inside single quotes and expand ``!`` even there. So the script travels base64
+    encoded (``A-Z a-z 0-9 + / =``, inert inside single quotes in every shell) and bash decodes and evals it; stdin
+    is left to the script.
+    """
+    encoded = base64.b64encode(script.encode()).decode("ascii")
+    return f"exec bash -c 'eval \"$(echo {encoded} | base64 -d)\"'"
 
 
 def short_command(command: str, limit: int = 120) -> str:

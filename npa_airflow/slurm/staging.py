@@ -31,7 +31,12 @@ class StagedFile:
     mode: int = 0o600
 
 
-def _existence_check(paths: Sequence[str]) -> list[str]:
+# Every early exit first reads the rest of stdin: a script that exits while the client still writes closes the
+# SSH channel under the writer, and the client could not tell "refused before sbatch" from "connection lost".
+DRAIN = "cat >/dev/null; "
+
+
+def _existence_check(paths: Sequence[str], drain: str) -> list[str]:
     if not paths:
         return []
     quoted = " ".join(shlex.quote(validate_remote_path(p, "required input")) for p in paths)
@@ -40,33 +45,40 @@ def _existence_check(paths: Sequence[str]) -> list[str]:
         f"for p in {quoted}; do",
         f'  [ -e "$p" ] || {{ printf \'{MISSING_PREFIX}%s\\n\' "$p"; missing=1; }}',
         "done",
-        f'[ "$missing" = 0 ] || exit {EXIT_MISSING_INPUTS}',
+        f'[ "$missing" = 0 ] || {{ {drain}exit {EXIT_MISSING_INPUTS}; }}',
     ]
 
 
-def _write_stanza(staged: StagedFile) -> str:
+def _write_stanza(staged: StagedFile, drain: str) -> str:
     path = validate_remote_path(staged.path, "staged file")
     target = shlex.quote(path)
     directory = shlex.quote(posixpath.dirname(path) or "/")
     temp_pattern = shlex.quote(path + ".tmp.XXXXXX")
     return (
-        f"IFS= read -r line || exit {EXIT_STAGING_FAILED}; "
+        # t= first: under set -u, the cleanup of a failed mkdir/mktemp must not die on an unset $t.
+        f"t=; IFS= read -r line || exit {EXIT_STAGING_FAILED}; "
         f"mkdir -p -- {directory} && t=$(mktemp {temp_pattern}) && "
         f'printf %s "$line" | base64 -d > "$t" && chmod {staged.mode:o} "$t" && mv -f -- "$t" {target} '
-        f'|| {{ rm -f -- "$t"; exit {EXIT_STAGING_FAILED}; }}'
+        f'|| {{ [ -z "$t" ] || rm -f -- "$t"; {drain}exit {EXIT_STAGING_FAILED}; }}'
     )
 
 
 def build_stage(
     files: Sequence[StagedFile], *, required_paths: Sequence[str] = (), mkdirs: Sequence[str] = ()
 ) -> tuple[str, bytes]:
-    """Command and stdin that check ``required_paths`` exist, create ``mkdirs`` and write ``files`` atomically."""
-    lines = ["set -u", *_existence_check(required_paths), "umask 077"]
+    """Command and stdin that check ``required_paths`` exist, create ``mkdirs`` and write ``files`` atomically.
+
+    With ``files``, every early exit drains stdin first (the client always ends stdin with EOF); without them
+    nothing is read, so a caller that sends no stdin never waits on it.
+    """
+    drain = DRAIN if files else ""
+    lines = ["set -u", *_existence_check(required_paths, drain), "umask 077"]
     for directory in mkdirs:
         lines.append(
-            f"mkdir -p -- {shlex.quote(validate_remote_path(directory, 'directory'))} || exit {EXIT_STAGING_FAILED}"
+            f"mkdir -p -- {shlex.quote(validate_remote_path(directory, 'directory'))} "
+            f"|| {{ {drain}exit {EXIT_STAGING_FAILED}; }}"
         )
-    lines.extend(_write_stanza(f) for f in files)
+    lines.extend(_write_stanza(f, drain) for f in files)
     stdin = b"".join(base64.b64encode(f.data) + b"\n" for f in files)
     return "\n".join(lines), stdin
 

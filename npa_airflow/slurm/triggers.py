@@ -28,6 +28,7 @@ from npa_airflow.common.ownership import (
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
+from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, get_poller, offsets_file_for
 
@@ -39,7 +40,8 @@ ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([trigger
 # Between checks of the success marker: 2, 4, 8, ... 60 s, until the deadline.
 MARKER_CHECK_BACKOFF = Backoff(base=2.0, cap=60.0, jitter=0.0)
 
-EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline", "held_by_qos")
+# "unsatisfiable": PENDING on a reason waiting never clears (npa_airflow.slurm.fit.NEVER_CLEARING_REASONS).
+EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline", "held_by_qos", "unsatisfiable")
 
 
 def make_event_payload(status: str, handle: dict[str, Any], message: str, **extra: Any) -> dict[str, Any]:
@@ -129,6 +131,7 @@ class SlurmJobTrigger(BaseTrigger):
         self._claim: Claim | None = None
         self._claim_file: str | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._last_seen: tuple[JobState, str | None] | None = None  # state and pending reason last logged
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         names = ("handle", "conn_id", "poll_interval", "deadline", "require_marker", "stream_logs", "cancel_on_kill")
@@ -195,7 +198,6 @@ class SlurmJobTrigger(BaseTrigger):
         problems = 0
         self.log.info("Waiting for Slurm job %s (%s)", self.job_id, self.handle.get("job_name"))
         try:
-            last_state: JobState | None = None
             while True:
                 update = await self._next_update(reg)
                 if reg.superseded:
@@ -211,9 +213,12 @@ class SlurmJobTrigger(BaseTrigger):
                         self.log.warning("Slurm job %s: %s", self.job_id, update.error)
                 else:
                     problems = 0
-                if update.state is not last_state and update.info is not None:
-                    last_state = update.state
-                    self.log.info("Slurm job %s is %s (%s)", self.job_id, update.info.native_state, update.state.value)
+                self._log_state(update)
+                if update.state is JobState.PENDING and update.info is not None:
+                    never = never_clearing_reason(update.info.reason)
+                    if never is not None:
+                        yield await self._unsatisfiable_event(never, update.info.reason or never)
+                        return
                 if update.state.is_terminal and update.logs_drained:
                     for path, splitter in splitters.items():
                         for line in splitter.flush():
@@ -231,6 +236,27 @@ class SlurmJobTrigger(BaseTrigger):
                     return
         finally:
             poller.unregister(reg)
+
+    def _log_state(self, update: PollUpdate) -> None:
+        """Log the state when it, or the pending reason, changes: "PENDING (Resources)" says why it waits."""
+        info = update.info
+        if info is None:
+            return
+        reason = info.reason if update.state is JobState.PENDING else None
+        if (update.state, reason) == self._last_seen:
+            return
+        self._last_seen = (update.state, reason)
+        why = f", reason {reason}" if reason else ""
+        self.log.info("Slurm job %s is %s (%s%s)", self.job_id, info.native_state, update.state.value, why)
+
+    async def _unsatisfiable_event(self, token: str, reason: str) -> TriggerEvent:
+        """PENDING on a reason that never clears: cancel here and tell the operator why and what to change."""
+        message = (
+            f"Slurm job {self.job_id} can never start: it is PENDING with Reason={reason} "
+            f"({NEVER_CLEARING_REASONS[token]})"
+        )
+        await self._cancel_here(message)
+        return self._fire("unsatisfiable", message, reason=reason, native_state="PENDING", state="PENDING")
 
     async def _stand_down(self, reg: Registration) -> None:
         """Another trigger has claimed the job: fire nothing, write nothing, wait to be cancelled."""

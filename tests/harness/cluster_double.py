@@ -24,7 +24,7 @@ NATIVE = {
 }
 
 
-def info(job_id: str, state: JobState, exit_code: int | None = None) -> SlurmJobInfo:
+def info(job_id: str, state: JobState, exit_code: int | None = None, reason: str | None = None) -> SlurmJobInfo:
     return SlurmJobInfo(
         job_id=job_id,
         native_state=NATIVE[state],
@@ -33,7 +33,7 @@ def info(job_id: str, state: JobState, exit_code: int | None = None) -> SlurmJob
         signal=None,
         job_name=f"job-{job_id}",
         node_list="c1",
-        reason=None,
+        reason=reason,
         source="sacct",
     )
 
@@ -43,6 +43,7 @@ class LocalClusterDouble:
 
     def __init__(self) -> None:
         self.states: dict[str, JobState] = {}
+        self.reasons: dict[str, str] = {}  # Slurm's Reason of a job, as squeue/sacct report it
         self.state_calls: list[list[str]] = []
         self.commands: list[str] = []
         self.fail_states = 0  # next N ajob_states calls raise ConnectionError
@@ -53,7 +54,7 @@ class LocalClusterDouble:
         if self.fail_states:
             self.fail_states -= 1
             raise ConnectionError("connection to 127.0.0.1:2222 lost")
-        return {j: info(j, self.states[j]) for j in job_ids if j in self.states}
+        return {j: info(j, self.states[j], reason=self.reasons.get(j)) for j in job_ids if j in self.states}
 
     async def arun(self, argv, *, stdin=None, timeout=120, check=True):
         assert isinstance(argv, str)

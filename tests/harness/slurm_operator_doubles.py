@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from npa_airflow.common.naming import job_name_for
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.commands import LogChunk, PartitionInfo, SlurmJobInfo
+from npa_airflow.slurm.commands import LogChunk, NodeInfo, PartitionInfo, SlurmJobInfo
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.operators import SlurmSubmitOperator
@@ -49,6 +49,19 @@ class HookDouble:
     existing: list[SlurmJobInfo] = field(default_factory=list)
     submit_outcomes: list[object] = field(default_factory=list)  # SubmitResult or an exception to raise
     appear_after_ambiguous: list[SlurmJobInfo] = field(default_factory=list)
+    missing_paths: set[str] = field(default_factory=set)
+    node_records: dict[str, NodeInfo] = field(
+        default_factory=lambda: {
+            n: NodeInfo(n, "IDLE", ("cpu",), None, gpus=0, real_memory_mb=4096) for n in ("c1", "c2")
+        }
+    )
+    partition_records: dict[str, PartitionInfo] = field(
+        default_factory=lambda: {
+            "cpu": PartitionInfo(
+                name="cpu", max_time_minutes=120, default=True, state="UP", nodes="c[1-2]", total_nodes=2
+            )
+        }
+    )
     calls: list[tuple] = field(default_factory=list)
     config: SlurmConnectionConfig = field(
         default_factory=lambda: SlurmConnectionConfig(conn_id="slurm_unit", hosts=(("127.0.0.1", 2222),), user="npa")
@@ -71,10 +84,14 @@ class HookDouble:
 
     def partitions(self):
         self.calls.append(("partitions",))
-        return {"cpu": PartitionInfo(name="cpu", max_time_minutes=120, default=True, state="UP", nodes="c[1-2]")}
+        return dict(self.partition_records)
 
     def nodes(self):
-        return {"c1": object(), "c2": object()}
+        return dict(self.node_records)
+
+    def paths_exist(self, paths):
+        self.calls.append(("paths_exist", tuple(paths)))
+        return {p: p not in self.missing_paths for p in paths}
 
     def tail_logs(self, requests, max_bytes=1 << 20):
         return [

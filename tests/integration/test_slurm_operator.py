@@ -171,6 +171,21 @@ def test_program_failure_fails_once_without_retry_and_shows_the_tail(airflow_hom
     assert [j["state"] for j in jobs] == ["FAILED"]
 
 
+def test_environment_values_ending_in_newlines_reach_the_job_byte_for_byte(airflow_home, tmp_path, cluster_ssh):
+    """Through dag.test(): the DAG's own Jinja renders the fields (it dropped a final newline before)."""
+    dag_id = f"npa_itest_env_bytes_{uuid.uuid4().hex[:6]}"
+    environment = {"NPA_NL": "a b\n", "NPA_NL2": "{{ 'x' }}\n\n", "NPA_ONLY_NL": "\n"}
+    command = "; ".join(f'echo "== {n}"; printf %s "${n}" | od -c' for n in environment)
+    dag_file = write_dag(tmp_path, dag_id, f"environment={environment!r}, command={command!r}")
+    result, output = run_dag_test(airflow_home, dag_file)
+    train = result["tasks"]["train"]
+    assert train["state"] == "success", output[-6000:]
+    stdout = cluster_ssh(f"cat {train['handle']['stdout_path']}", check=True).stdout
+    for name, sent in {"NPA_NL": b"a b\n", "NPA_NL2": b"x\n\n", "NPA_ONLY_NL": b"\n"}.items():
+        expected = subprocess.run(["od", "-c"], input=sent, capture_output=True, check=True).stdout.decode()
+        assert f"== {name}\n{expected}" in stdout, stdout
+
+
 @pytest.mark.slow
 def test_infra_failure_is_retried_with_the_failed_node_excluded(airflow_home, tmp_path, cluster_ssh, cluster_admin):
     """NODE_FAIL on try 1 (the node is set down under the job): try 2 runs with `--exclude=<node>`."""

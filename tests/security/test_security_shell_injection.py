@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 CANARY = f"/tmp/npa-injection-canary-{uuid.uuid4().hex[:12]}"
 BATCH = 45  # strings per generated example
 EXAMPLES = 25  # examples per surface: 25 x 45 = 1,125 strings
-MAX_COMMAND_BYTES = 96 * 1024  # one argument to the remote `bash -c` must stay below Linux's 128 KiB
+MAX_COMMAND_BYTES = 72 * 1024  # x 4/3 (the hook sends it base64-encoded) must stay below Linux's 128 KiB
 # Characters that Python's str.splitlines() treats as line breaks although the shell does not.
 PYTHON_ONLY_LINE_BREAKS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 
@@ -326,6 +326,40 @@ def test_environment_values_in_a_rendered_script_reach_the_job_as_data(pooled_ho
     assert info.exit_code == 0, read_from(pooled_hook, spec.stderr_path, 0)[0][-2000:]
     (chunk,) = pooled_hook.tail_logs([(out, 0)], max_bytes=1 << 24)
     assert chunk.data.split(b"\0")[:-1] == [v.encode() for v in values]
+    assert_canary_absent(pooled_hook)
+
+
+def test_probe_knob_values_reach_the_probe_job_as_data(pooled_hook, scratch):
+    """>= 1,000 hostile knob values rendered into ONE real probe job: the lines that print the knobs (the start
+    line and the verdict) must carry them verbatim, and nothing in them may run (the canary).
+
+    The knobs are not NCCL variables, so the collective itself is not the point: whatever its verdict (torchrun
+    may be missing on the nodes), the verdict line prints the same label."""
+    from npa_airflow.slurm.probe import ProbeSpec, knobs_label, probe_source, render_probe_script
+
+    one_line = _short.filter(lambda v: "\n" not in v and "\r" not in v)  # validate_env refuses line breaks
+    values = _collect(st.lists(one_line, min_size=BATCH, max_size=BATCH))
+    assert len(values) >= 1000
+    knobs = {f"NPA_K{i}": v for i, v in enumerate(values)}
+    name = f"npa-injection-probe-{uuid.uuid4().hex[:8]}"
+    spec = ProbeSpec(
+        job_name=name, partition="cpu", script_path=f"{scratch}/probe.py", stdout_path=f"{scratch}/{name}.out",
+        stderr_path=f"{scratch}/{name}.err", nodes=1, env=knobs, timeout_seconds=30,
+    )  # fmt: skip
+    script_path = f"{scratch}/{name}.sbatch"
+    submitted = pooled_hook.stage_and_submit(
+        [
+            StagedFile(script_path, render_probe_script(spec).encode(), 0o700),
+            StagedFile(spec.script_path, probe_source()),
+        ],
+        script_path,
+    )
+    _wait_done(pooled_hook, submitted.job_id, timeout=180)
+    (chunk,) = pooled_hook.tail_logs([(spec.stdout_path, 0)], max_bytes=1 << 24)
+    lines = [line for line in chunk.data.split(b"\n") if line.startswith(b"NPA_PROBE_")]
+    label = b" knobs=" + knobs_label(knobs).encode()
+    assert len(lines) == 2 and lines[0].startswith(b"NPA_PROBE_START "), lines[:2]
+    assert all(line.endswith(label) for line in lines), "a knob value did not arrive as data"
     assert_canary_absent(pooled_hook)
 
 

@@ -18,6 +18,7 @@ from npa_airflow.slurm.commands.builders import (
 )
 from npa_airflow.slurm.commands.parsers import (
     parse_exit_code,
+    parse_gres_gpus,
     parse_partitions,
     parse_sacct,
     parse_sbatch_submit,
@@ -68,6 +69,7 @@ __all__ = [
     "build_squeue_states",
     "build_tail_logs",
     "parse_exit_code",
+    "parse_gres_gpus",
     "parse_partitions",
     "parse_sacct",
     "parse_sbatch_submit",

@@ -5,8 +5,8 @@ No I/O here: the hook runs what these build. Builders return an argv list (the h
 name is validated against a strict pattern before it reaches a builder; paths are absolute and free of
 NUL and newlines.
 
-String builders wrap their script in ``bash -c '<script>'`` so the login user's shell (tcsh, zsh, ...)
-does not matter.
+Every command is bash: the hook runs each one under bash whatever the login user's shell is
+(:func:`npa_airflow.slurm.ssh.login_shell_command`), so builders never wrap their own.
 """
 
 from __future__ import annotations
@@ -38,10 +38,6 @@ _TAIL_FUNCTION = (
     'tail -c +"$(($3 + 1))" -- "$2" | head -c "$n" | base64 -w0; fi; '
     "printf '\\n'; }"
 )
-
-
-def _bash(script: str) -> str:
-    return "bash -c " + shlex.quote(script)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -115,8 +111,7 @@ def build_tail_logs(requests: Sequence[tuple[str, int]], max_bytes: int) -> str:
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise NpaValidationError(f"offset={offset!r} for {path!r} must be an integer >= 0")
         calls.append(f"t {index} {shlex.quote(path)} {offset} {max_bytes}")
-    script = "; ".join([_TAIL_FUNCTION, *calls, f"echo {TAIL_END}"])
-    return _bash(script)
+    return "; ".join([_TAIL_FUNCTION, *calls, f"echo {TAIL_END}"])
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -246,8 +246,31 @@ def parse_scontrol_nodes(stdout: str) -> dict[str, records.NodeInfo]:
             state=state,
             partitions=tuple(p for p in (parts or "").split(",") if p and p != "(null)"),
             reason=_none_if(m.group(1)) if m else None,
+            gpus=parse_gres_gpus(_field(line, "Gres") or ""),
+            real_memory_mb=_count(_field(line, "RealMemory")),
         )
     return nodes
+
+
+def _count(value: str | None) -> int | None:
+    """A scontrol count: digits -> int; UNLIMITED, N/A, absent -> None."""
+    return int(value) if value and value.isdigit() else None
+
+
+def parse_gres_gpus(gres: str) -> int:
+    """GPUs in a node's Gres: ``gpu:8``, ``gpu:a100:4(S:0-1)``, ``gpu:a100:2,gpu:v100:2``, ``gpu`` (1); else 0."""
+    total = 0
+    for item in re.sub(r"\([^)]*\)", "", gres).split(","):
+        parts = item.strip().split(":")
+        if parts[0] != "gpu":
+            continue
+        if len(parts) == 1:
+            total += 1
+        elif parts[-1].isdigit():
+            total += int(parts[-1])
+        else:
+            raise NpaParseError(f"cannot read the GPU count of Gres {_quote_output(gres)}")
+    return total
 
 
 def parse_slurm_minutes(text: str) -> int | None:
@@ -282,5 +305,7 @@ def parse_partitions(stdout: str) -> dict[str, records.PartitionInfo]:
             default=(_field(line, "Default") or "").upper() == "YES",
             state=_field(line, "State") or "",
             nodes=_none_if(_field(line, "Nodes") or "", "(null)"),
+            total_nodes=_count(_field(line, "TotalNodes")),
+            max_nodes=_count(_field(line, "MaxNodes")),
         )
     return partitions

@@ -58,6 +58,8 @@ class NodeInfo:
     state: str  # as scontrol prints it, e.g. "IDLE", "MIXED", "DOWN*", "IDLE+DRAIN"
     partitions: tuple[str, ...]
     reason: str | None
+    gpus: int = 0  # GPUs in Gres (gpu:8, gpu:a100:4(S:0-1), ...); 0 = none
+    real_memory_mb: int | None = None  # RealMemory; None = not reported
 
 
 @dataclass(frozen=True)
@@ -67,3 +69,5 @@ class PartitionInfo:
     default: bool
     state: str
     nodes: str | None
+    total_nodes: int | None = None  # TotalNodes
+    max_nodes: int | None = None  # MaxNodes per job; None = UNLIMITED

@@ -33,6 +33,7 @@ from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob
 from npa_airflow.slurm.operators.submission import AdoptOrSubmitMixin
 
 if TYPE_CHECKING:
+    import jinja2
     from airflow.sdk import Context
 
     from npa_airflow.slurm.handle import SlurmJobHandle
@@ -104,6 +105,23 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         # How the current step prepares the job of another name (an earlier try's, to reattach to it).
         self._prepare_named: Callable[[str], PreparedJob] | None = None
 
+    def render_template(
+        self,
+        content: Any,
+        context: Context,
+        jinja_env: jinja2.Environment | None = None,
+        seen_oids: set[int] | None = None,
+    ) -> Any:
+        """Airflow's rendering, keeping a value's final newline (Jinja drops it by default).
+
+        Without this an environment value ending in "\n" reached the job without it, silently. Every template
+        field renders through here (mapped tasks too), so each value arrives byte for byte.
+        """
+        env = jinja_env if jinja_env is not None else self.get_template_env()
+        if not env.keep_trailing_newline:
+            env = env.overlay(keep_trailing_newline=True)
+        return super().render_template(content, context, env, seen_oids)
+
     # -- what to run (subclasses) ------------------------------------------------------------------------
 
     def prepare_job(
@@ -123,8 +141,10 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         """Local checks of a prepared job that need I/O (e.g. `bash -n`); none by default."""
 
     def check_on_cluster(self, hook: SlurmHook, job: PreparedJob) -> None:
-        """Read-only checks before anything is written: the partition exists and allows the wall time."""
-        if job.partition is None and job.time_minutes is None:
+        """Read-only checks before anything is written: the inputs exist, the partition exists, allows the wall
+        time and can ever hold the request (nodes, GPUs and memory per node)."""
+        self._check_inputs(hook, job)
+        if job.partition is None and job.time_minutes is None and job.nodes is None:
             return
         partitions = self.cluster_read("reading partitions", hook.partitions)
         name = job.partition or next((p.name for p in partitions.values() if p.default), None)
@@ -143,6 +163,33 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
                     f"time_hours asks for {job.time_minutes} min but partition {part!r} allows at most {limit} min "
                     "(MaxTime); lower time_hours or choose a partition whose MaxTime allows it"
                 )
+        if job.nodes is not None:
+            self._check_fit(hook, job, [partitions[p] for p in name.split(",")])
+
+    def _check_inputs(self, hook: SlurmHook, job: PreparedJob) -> None:
+        if not job.required_paths:
+            return
+        exists = self.cluster_read("checking inputs", hook.paths_exist, list(job.required_paths))
+        missing = [p for p, ok in exists.items() if not ok]
+        if missing:
+            raise NpaValidationError(
+                f"required inputs do not exist on the cluster (checked with test -e): {', '.join(missing)}. Stage "
+                "the data on shared storage (e.g. Lustre) first, or correct the paths; nothing was written or "
+                "submitted."
+            )
+
+    def _check_fit(self, hook: SlurmHook, job: PreparedJob, partitions: Sequence[Any]) -> None:
+        """Refuse a request no partition of the job can ever run (it would pend until its deadline)."""
+        from npa_airflow.slurm.fit import Request, misfit
+
+        nodes = self.cluster_read("reading nodes", hook.nodes)
+        request = Request(nodes=job.nodes or 1, gpus_per_node=job.gpus_per_node, mem_mb=job.mem_mb)
+        reasons = [misfit(request, part, nodes) for part in partitions]
+        if all(reasons):
+            raise NpaValidationError(
+                f"this job can never start on the cluster of connection {self.slurm_conn_id!r}: "
+                f"{'; '.join(r for r in reasons if r)}. Nothing was submitted."
+            )
 
     # -- identity ----------------------------------------------------------------------------------------
 
@@ -205,7 +252,10 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         env = self.job_environment(hook)
         step = dict(step or {})
         self._prepare_named = lambda name: self.prepare_job(name, (), env, step)
+        from npa_airflow.slurm.scripts import check_script_size
+
         job = self.prepare_job(job_name, exclude, env, step)
+        check_script_size(job.script)
         self.check_prepared_job(job)
         self._show_submitted(job)
         self.check_on_cluster(hook, job)
@@ -329,6 +379,13 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
             self._done = True
             raise AirflowException(
                 f"{job} did not finish before its deadline (max_wait / execution_timeout); it was cancelled"
+            )
+        if status == "unsatisfiable":
+            self._cancel_job(hook, handle, f"Slurm says it can never start ({event.get('reason')})")
+            self._done = True
+            raise AirflowFailException(
+                f"{event['message']}; it was cancelled. Change the request (nodes, gpus_per_node, --mem, "
+                "--constraint, partition, account/QOS) to what the cluster offers and run the task again."
             )
         if status == "canceled" and handle.job_name != own_job_name:
             # This try had reattached to an earlier try's job, and that job was cancelled: the user cleared the

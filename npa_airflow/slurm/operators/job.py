@@ -32,6 +32,10 @@ class PreparedJob:
     wall_seconds: float | None = None
     partition: str | None = None  # checked against the cluster's partitions (exists, MaxTime)
     time_minutes: int | None = None
+    # What the job asks of each node; checked against the partition's nodes before submitting (None = unchecked).
+    nodes: int | None = None
+    gpus_per_node: int = 0
+    mem_mb: int | None = None
     secret_values: tuple[str, ...] = field(default=(), repr=False)  # must never appear in the script
 
     @classmethod

@@ -35,7 +35,8 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     The rendered script is the template field `sbatch_script` ("Rendered Template" in the UI).
     `command` and the other text fields are Jinja templates: bash's `${#VAR}` opens a Jinja comment, so
-    write `{{ '${#VAR}' }}` (or avoid it).
+    write `{{ '${#VAR}' }}` (or avoid it); a literal `{name}` is `{% raw %}{{name}}{% endraw %}`. Values keep
+    their final newline (Airflow's Jinja would drop it; see `SlurmJobOperatorBase.render_template`).
     """
 
     template_fields: Sequence[str] = (
@@ -203,6 +204,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
     ) -> PreparedJob:
         import shlex
 
+        from npa_airflow.slurm.fit import mem_mb_of
         from npa_airflow.slurm.scripts import assert_script_clean, render_sbatch
         from npa_airflow.slurm.staging import StagedFile
 
@@ -228,6 +230,9 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             wall_seconds=spec.time_minutes * 60,
             partition=spec.partition,
             time_minutes=spec.time_minutes,
+            nodes=spec.nodes,
+            gpus_per_node=spec.gpus_per_node,
+            mem_mb=mem_mb_of(spec.extra_sbatch),
             secret_values=tuple(secrets.values()),
         )
 

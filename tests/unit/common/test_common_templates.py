@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jinja2
@@ -34,3 +35,46 @@ def test_environment_is_strict_unescaped_and_quotes():
     assert tpl.render(v="it's $(x)", raw="&") == "echo 'it'\"'\"'s $(x)' <&>\n"
     with pytest.raises(jinja2.UndefinedError):
         tpl.render(v="x")
+
+
+# Values a template may put inside double quotes: integers the renderers validate (never user text).
+_INTEGERS_IN_DOUBLE_QUOTES = {"timeout_seconds"}
+
+
+def _interpolations_in_double_quotes(line: str) -> list[str]:
+    """The ``{{ ... }}`` expressions of one shell line that sit inside a double-quoted string."""
+    found, quote, i = [], "", 0
+    while i < len(line):
+        if line.startswith("{{", i):
+            end = line.index("}}", i)
+            if quote == '"':
+                found.append(line[i + 2 : end].strip())
+            i = end + 2
+            continue
+        char = line[i]
+        if char == "\\" and quote != "'":
+            i += 2
+            continue
+        if char in "'\"" and quote in ("", char):
+            quote = "" if quote else char
+        elif char == "#" and not quote and (i == 0 or line[i - 1] in " \t"):
+            break  # a comment: not shell
+        i += 1
+    return found
+
+
+def test_no_template_puts_a_value_inside_double_quotes():
+    """`"...{{ x | q }}..."` still runs the `$(...)` in x: quote into a variable first, then use "${var}"."""
+    offenders = []
+    for path in sorted(templates.templates_dir().rglob("*.j2")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            shell = re.sub(r"\{%.*?%\}", "", line)
+            for expr in _interpolations_in_double_quotes(shell):
+                if expr not in _INTEGERS_IN_DOUBLE_QUOTES:
+                    offenders.append(f"{path.name}:{number}: {expr}")
+    assert offenders == []
+
+
+def test_the_audit_sees_a_quoted_value_inside_double_quotes():
+    assert _interpolations_in_double_quotes("echo \"a {{ v | q }}\" {{ w | q }} '{{ s }}'") == ["v | q"]
+    assert _interpolations_in_double_quotes('echo "x" # "{{ c }}"') == []

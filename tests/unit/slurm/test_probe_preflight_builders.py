@@ -95,6 +95,34 @@ def test_render_probe_quotes_env_values() -> None:
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
+@pytest.mark.parametrize("srun_rc", [0, 3, 124])
+def test_hostile_knob_value_runs_nothing_in_real_bash(tmp_path: Path, srun_rc: int) -> None:
+    """Every line that prints the knobs (start, passed, failed, timeout) runs here with stand-ins for Slurm."""
+    marker = tmp_path / "pwned"
+    hostile = f"$(touch {marker})`touch {marker}`\"'; touch {marker}; '!x"
+    script = render_probe_script(_probe(env={"NCCL_SOCKET_IFNAME": hostile}))
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "scontrol").write_text("#!/bin/bash\nprintf 'c1\\nc2\\n'\n")
+    (fake_bin / "srun").write_text(f"#!/bin/bash\nexit {srun_rc}\n")
+    for tool in fake_bin.iterdir():
+        tool.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{fake_bin}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "c[1-2]",
+    }
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert not marker.exists(), "a knob value ran as a command"
+    label = f"knobs=NCCL_SOCKET_IFNAME={hostile}"
+    start, end = done.stdout.splitlines()
+    assert start == f"NPA_PROBE_START job=7 nodes=c[1-2] master=c1:20007 {label}"
+    assert end == {0: f"NPA_PROBE_PASSED {label}", 3: f"NPA_PROBE_FAILED exit 3 {label}"}.get(
+        srun_rc, f"NPA_PROBE_TIMEOUT after 120 s (the collective hung) {label}"
+    )
+
+
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [

@@ -111,5 +111,27 @@ def test_scontrol_samples():
     assert nodes["c2"].state == "MIXED"
     assert all(n.reason is None for n in nodes.values())
     parts = c.parse_partitions(sample("scontrol_partitions.txt"))
-    assert parts["cpu"] == c.PartitionInfo("cpu", 480, True, "UP", "c[1-2]")
-    assert parts["gpu"] == c.PartitionInfo("gpu", 240, False, "UP", "g[1-2]")
+    assert parts["cpu"] == c.PartitionInfo("cpu", 480, True, "UP", "c[1-2]", total_nodes=2, max_nodes=None)
+    assert parts["gpu"] == c.PartitionInfo("gpu", 240, False, "UP", "g[1-2]", total_nodes=2, max_nodes=None)
+    assert [(nodes[n].gpus, nodes[n].real_memory_mb) for n in ("c1", "g1")] == [(0, 4096), (8, 4096)]
+
+
+@pytest.mark.parametrize(
+    ("gres", "gpus"),
+    [
+        ("(null)", 0),
+        ("gpu:8", 8),
+        ("gpu:a100:4(S:0-1)", 4),  # type and socket binding, as scontrol prints them
+        ("gpu:a100:2(S:0),gpu:v100:2(S:1)", 4),
+        ("gpu:4,mps:400", 4),
+        ("gpu", 1),
+        ("mps:100", 0),
+    ],
+)
+def test_gres_gpu_count(gres, gpus):
+    assert c.parse_gres_gpus(gres) == gpus
+
+
+def test_partition_max_nodes_is_read():
+    line = sample("scontrol_partitions.txt").splitlines()[0].replace("MaxNodes=UNLIMITED", "MaxNodes=1")
+    assert c.parse_partitions(line)["cpu"].max_nodes == 1

@@ -224,3 +224,26 @@ def test_spec_bind():
         b.bind(job_id="x")
     with pytest.raises(NpaValidationError, match="unknown placeholder value"):
         s.bind(dataset="/d")
+
+
+def test_an_environment_value_over_slurms_script_limit_is_refused_by_name():
+    from npa_airflow.slurm.spec import MAX_SCRIPT_BYTES
+
+    with pytest.raises(NpaValidationError, match=r"BIG_BLOB.*4194304 bytes.*max_script_size"):
+        SbatchSpec(
+            job_name="npa-x-t1",
+            command="true",
+            log_dir="/l",
+            results_dir="/r",
+            environment={"SMALL": "1", "BIG_BLOB": "x" * (5 * 1024 * 1024)},
+        )
+    SbatchSpec(job_name="npa-x-t1", command="true", log_dir="/l", results_dir="/r", environment={"OK": "x" * 1000})
+    assert MAX_SCRIPT_BYTES == 4 * 1024 * 1024
+
+
+def test_a_rendered_script_over_the_limit_is_refused_before_staging():
+    from npa_airflow.slurm.scripts import check_script_size
+
+    check_script_size("#!/bin/bash\n" + "x" * 100)
+    with pytest.raises(NpaValidationError, match=r"4194304 bytes.*nothing was written"):
+        check_script_size("#!/bin/bash\n" + "x" * (4 * 1024 * 1024))

@@ -12,6 +12,7 @@ from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.commands import validate_remote_path
 from npa_airflow.slurm.staging import (
     EXIT_MISSING_INPUTS,
+    EXIT_STAGING_FAILED,
     StagedFile,
     build_stage,
     build_stage_and_submit,
@@ -83,3 +84,50 @@ def test_truncated_output_has_no_rc():
 def test_bad_remote_paths_are_refused(bad):
     with pytest.raises(NpaValidationError):
         validate_remote_path(bad)
+
+
+def _write_all_then_wait(command: str, stdin: bytes) -> tuple[int, bytes, BaseException | None]:
+    """Feed stdin the way the SSH client does (all of it, then EOF); report a write failure instead of hiding it."""
+    proc = subprocess.Popen(["bash", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    error: BaseException | None = None
+    try:
+        for start in range(0, len(stdin), 1 << 16):
+            proc.stdin.write(stdin[start : start + (1 << 16)])
+        proc.stdin.close()
+    except BrokenPipeError as exc:
+        error = exc
+    out = proc.stdout.read()
+    return proc.wait(), out, error
+
+
+@pytest.mark.parametrize("submit", [False, True])
+def test_missing_input_exit_reads_all_stdin_first(tmp_path, submit):
+    """A large staged file behind a missing input: the script still consumes stdin, so the writer sees no EPIPE."""
+    big = StagedFile(str(tmp_path / "big.bin"), os.urandom(6 << 20))
+    script = StagedFile(str(tmp_path / "job.sbatch"), b"#!/bin/bash\n")
+    missing = str(tmp_path / "no-such-input")
+    if submit:
+        command, stdin = build_stage_and_submit([big, script], script.path, required_paths=[missing])
+    else:
+        command, stdin = build_stage([big, script], required_paths=[missing])
+    rc, out, error = _write_all_then_wait(command, stdin)
+    assert error is None
+    assert rc == EXIT_MISSING_INPUTS
+    outcome = parse_stage_output(out.decode())
+    assert outcome.missing == (missing,) and not outcome.sbatch_started
+    assert not (tmp_path / "big.bin").exists()
+
+
+def test_failed_write_exit_reads_all_stdin_first(tmp_path):
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("x")
+    files = [StagedFile(str(blocker / "a"), b"a"), StagedFile(str(tmp_path / "big.bin"), os.urandom(6 << 20))]
+    command, stdin = build_stage(files)
+    rc, _, error = _write_all_then_wait(command, stdin)
+    assert error is None
+    assert rc == EXIT_STAGING_FAILED
+
+
+def test_path_check_without_files_reads_no_stdin(tmp_path):
+    command, stdin = build_stage([], required_paths=[str(tmp_path / "nope")])
+    assert stdin == b"" and "cat" not in command

@@ -396,3 +396,54 @@ async def test_on_kill_finishes_its_decision_when_airflow_cancels_it_again(tmp_p
             break
         await asyncio.sleep(0.1)
     assert double.states["42"] is JobState.CANCELED
+
+
+async def test_pending_lines_carry_the_reason_and_repeat_when_it_changes(tmp_path, double, caplog):
+    caplog.set_level(logging.INFO)
+    double.states["42"] = JobState.PENDING
+    double.reasons["42"] = "Priority"
+    trigger = make_trigger(handle_for(tmp_path), double)
+    get_poller("slurm_test", lambda _: double)
+    gen = trigger.run()
+    task = asyncio.ensure_future(anext(gen))
+
+    async def until_logged(text: str) -> None:
+        for _ in range(300):
+            if any(text in line for line in logged_lines(caplog)):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{text!r} never logged: {logged_lines(caplog)}")
+
+    await until_logged("is PENDING (PENDING, reason Priority)")
+    double.reasons["42"] = "Resources"
+    await until_logged("is PENDING (PENDING, reason Resources)")
+    double.states["42"] = JobState.COMPLETE
+    event = await asyncio.wait_for(task, 10)
+    await gen.aclose()
+    assert event.payload["status"] == "success"
+    state_lines = [line for line in logged_lines(caplog) if line.startswith("Slurm job 42 is")]
+    assert state_lines == [
+        "Slurm job 42 is PENDING (PENDING, reason Priority)",
+        "Slurm job 42 is PENDING (PENDING, reason Resources)",
+        "Slurm job 42 is COMPLETED (COMPLETE)",
+    ]
+
+
+@pytest.mark.parametrize("reason", ["BadConstraints", "PartitionConfig", "PartitionNodeLimit"])
+async def test_a_never_clearing_reason_cancels_and_fires_unsatisfiable(tmp_path, double, reason):
+    double.states["42"] = JobState.PENDING
+    double.reasons["42"] = reason
+    event = await first_event(make_trigger(handle_for(tmp_path), double), double)
+    assert event.payload["status"] == "unsatisfiable"
+    assert event.payload["reason"] == reason
+    assert f"Reason={reason}" in event.payload["message"]
+    assert double.states["42"] is JobState.CANCELED
+    validate_event(event.payload)
+
+
+async def test_a_clearing_reason_keeps_waiting(tmp_path, double):
+    double.states["42"] = JobState.PENDING
+    double.reasons["42"] = "ReqNodeNotAvail, UnavailableNodes:c1"
+    trigger = make_trigger(handle_for(tmp_path), double, deadline=time.time() + 0.5)
+    event = await first_event(trigger, double)
+    assert event.payload["status"] == "deadline"

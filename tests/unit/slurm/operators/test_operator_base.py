@@ -169,8 +169,11 @@ def test_cancel_option_never_cancels_for_a_submission_with_missing_inputs():
     hook.paths_exist = lambda paths: {p: False for p in paths}
     op = make_op(hook, on_previous_try="cancel", inputs=["lustre:///data/missing"])
     op.render_template_fields(context(try_number=2))
-    with pytest.raises(NpaValidationError, match="/data/missing; the earlier try's job 41 was left running"):
-        op.execute(context(try_number=2))
+    with pytest.raises(
+        NpaValidationError,
+        match=r"required inputs do not exist on the cluster \(checked with test -e\): /data/missing\.",
+    ):
+        op.execute(context(try_number=2))  # refused by the read-only checks, before earlier tries are looked at
     assert not [c for c in hook.calls if c[0] in ("cancel", "submit")]
 
 
@@ -238,3 +241,34 @@ def test_carried_nodes_that_no_longer_exist_are_not_excluded():
 def test_without_a_task_state_store_nothing_is_carried():
     with pytest.raises(AirflowException, match=r"NODE_FAIL[^;]*\)\. ---"):
         make_op(HookDouble()).execute_complete(context(), node_fail_event())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"nodes": 4096}, "nodes=4096 but partition 'cpu' has 2 node(s)"),
+        ({"gpus_per_node": 4}, "at most 0 GPU(s) per node (Gres)"),
+        ({"extra_sbatch": ["--mem=64G"]}, "65536 MB of memory"),
+        ({"inputs": ["lustre:///data/missing"]}, "do not exist on the cluster (checked with test -e): /data/missing"),
+    ],
+)
+def test_hopeless_requests_are_refused_before_anything_is_written(kwargs, says):
+    hook = HookDouble(missing_paths={"/data/missing"})
+    op = make_op(hook, **kwargs)
+    op.render_template_fields(context())
+    with pytest.raises(NpaValidationError) as err:
+        op.execute(context())
+    assert says in str(err.value)
+    assert not [call for call in hook.calls if call[0] in ("submit", "find", "cancel")]
+
+
+def test_an_unsatisfiable_job_is_cancelled_and_fails_with_slurms_reason():
+    hook = HookDouble()
+    op = make_op(hook)
+    event = make_event_payload(
+        "unsatisfiable", handle_dict(), "Slurm job 101 can never start: it is PENDING with Reason=BadConstraints",
+        reason="BadConstraints", native_state="PENDING", state="PENDING",
+    )  # fmt: skip
+    with pytest.raises(AirflowFailException, match=r"Reason=BadConstraints.*cancelled.*--constraint"):
+        op.execute_complete(context(), event)
+    assert ("cancel", "101") in hook.calls

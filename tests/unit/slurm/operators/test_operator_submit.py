@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+
+import jinja2
 import pytest
 
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.operators import SlurmSubmitOperator
+from npa_airflow.slurm.scripts import render_sbatch
+from npa_airflow.slurm.spec import SbatchSpec
 from tests.harness.slurm_operator_doubles import (
     HookDouble,
     context,
@@ -51,3 +57,55 @@ def test_local_inputs_are_rejected_before_anything_runs():
     op = make_op(HookDouble(), inputs=["data/train"])
     with pytest.raises(NpaValidationError, match="relative"):
         op.render_template_fields(context())
+
+
+def _dag_op(**kwargs):
+    """The operator in a DAG, rendered as the task runner does: with the DAG's own Jinja environment."""
+    from airflow.sdk import DAG
+
+    with DAG("train_dag", schedule=None) as dag:
+        op = make_op(HookDouble(), **kwargs)
+    return op, dag
+
+
+def test_environment_values_keep_their_final_newlines_byte_for_byte():
+    values = {"A": "a\n", "B": "b\n\n", "C": "{{ 'c' }}\n", "D": "\n"}
+    op, dag = _dag_op(environment=values)
+    op.render_template_fields(context(), jinja_env=dag.get_template_env())
+    script = op.sbatch_script
+    exports = script[script.index("export A=") : script.index("export NPA_RESULTS_DIR=")]
+    done = subprocess.run(
+        ["bash", "-c", exports + 'printf "%s\\0" "$A" "$B" "$C" "$D"'], capture_output=True, check=True
+    )
+    assert done.stdout.split(b"\0")[:-1] == [b"a\n", b"b\n\n", b"c\n", b"\n"]
+
+
+def test_the_advice_for_a_literal_brace_in_a_command_works_as_given():
+    op, dag = _dag_op(command="python -c 'print(\"{epoch}\".format(epoch=3))'")
+    with pytest.raises(NpaValidationError, match="unknown placeholder") as raised:
+        op.render_template_fields(context(), jinja_env=dag.get_template_env())
+    stale, stale_dag = _dag_op(command="echo {{epoch}}")  # the escape alone is a Jinja expression in a field
+    with pytest.raises(jinja2.UndefinedError, match="epoch"):
+        stale.render_template_fields(context(), jinja_env=stale_dag.get_template_env())
+    advice = re.search(r"or (\{% raw %\}.*?\{% endraw %\}) in an operator", str(raised.value)).group(1)
+    op, dag = _dag_op(command="python -c 'print(\"" + advice + "\".format(epoch=3))'")
+    op.render_template_fields(context(), jinja_env=dag.get_template_env())
+    assert "python -c 'print(\"{epoch}\".format(epoch=3))'\n" in op.sbatch_script
+    spec_advice = re.search(r"write (\S+) in an SbatchSpec", str(raised.value)).group(1)
+    spec = SbatchSpec(
+        job_name="npa-x-t1", command=f"echo {spec_advice}", log_dir="/l", results_dir="/r", gpus_per_node=0
+    )
+    assert "echo {epoch}\n" in render_sbatch(spec)
+
+
+def test_secret_values_reach_the_sidecar_byte_for_byte():
+    from npa_airflow.slurm.operators.job import JobEnvironment
+
+    op = make_op(HookDouble(), secret_env={"NPA_SECRET": "conn:x"})
+    secrets = {"NPA_SECRET": "s3cr3t 'x'\n\n"}
+    job = op.prepare_job(name(1), (), JobEnvironment(config=op._connection_config(), secrets=secrets), {})
+    [sidecar] = job.files
+    done = subprocess.run(
+        ["bash", "-c", sidecar.data.decode() + 'printf %s "$NPA_SECRET"'], capture_output=True, check=True
+    )
+    assert done.stdout == secrets["NPA_SECRET"].encode()
