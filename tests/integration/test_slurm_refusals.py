@@ -107,8 +107,21 @@ def test_a_job_pending_on_a_never_clearing_reason_fails_fast_and_is_cancelled(sl
     with pytest.raises(AirflowFailException, match=r"Reason=DependencyNeverSatisfied.*cancelled"):
         op.execute(ctx)
     assert time.monotonic() - started < 120
-    (job,) = accounted_jobs(cluster_ssh, op.job_name_for_context(ctx))
-    assert job["state"].startswith("CANCELLED")
+    # By id: a job cancelled while waiting on a dependency was never eligible, and sacct's time window
+    # (--starttime) leaves such jobs out.
+    job_id = op._handle.job_id
+    state = poll_state(cluster_ssh, job_id)
+    assert state.startswith("CANCELLED"), state
+
+
+def poll_state(cluster_ssh, job_id: str, timeout: float = 30) -> str:
+    """The job's state as sacct records it, waiting out accounting lag."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = cluster_ssh(f"sacct -X -n -P -j {job_id} -o State", check=True).stdout.strip()
+        if state or time.monotonic() > deadline:
+            return state
+        time.sleep(1)
 
 
 def test_a_constraint_no_node_offers_fails_fast_with_slurms_reason(slurm_cluster, cluster_ssh):
