@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import time
 
 from sqlalchemy import Engine, create_engine, text
 
@@ -41,3 +42,16 @@ def holder(db: Engine, dag_id: str, run_id: str, task_id: str) -> str | None:
     except Exception:  # PostgreSQL restarting
         return None
     return row[0] if row else None
+
+
+def stall_holder(
+    instance: AirflowInstance, db: Engine, dag_id: str, run_id: str, task_id: str, stalled: str, seconds: float
+) -> str | None:
+    """SIGSTOP the triggerer `stalled` for `seconds`, then SIGCONT it; the holder of the task's trigger just
+    before the resume (the other triggerer once the health-check threshold has passed)."""
+    instance.script("pause", stalled)
+    try:
+        time.sleep(seconds)
+        return holder(db, dag_id, run_id, task_id)
+    finally:
+        instance.script("resume", stalled)

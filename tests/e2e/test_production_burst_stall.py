@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-import time
 
 import pytest
 
 from npa_airflow.burst import client as sky
 from tests.e2e.airflow_api import poll
-from tests.e2e.production import TRIGGERERS, holder, metadata_db, triggerer_threshold
+from tests.e2e.production import TRIGGERERS, holder, metadata_db, stall_holder, triggerer_threshold
 from tests.skypilot.conftest import skypilot_server, skypilot_slurm  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.skypilot, pytest.mark.slow]
@@ -58,12 +57,7 @@ def stall_once(prod, db, threshold: float) -> tuple:
 
     poll(lambda: len(ticks()) >= 3, 600, "the job's ticks in the task log", interval=2)
     stalled = poll(lambda: (h := holder(db, DAG_ID, run_id, TASK_ID)) in TRIGGERERS and h, 60, "the holder")
-    prod.script("pause", stalled)
-    try:
-        time.sleep(2 * threshold)
-        taken_over_by = holder(db, DAG_ID, run_id, TASK_ID)
-    finally:
-        prod.script("resume", stalled)
+    taken_over_by = stall_holder(prod, db, DAG_ID, run_id, TASK_ID, stalled, 2 * threshold)
     api.wait_for_state(DAG_ID, run_id, TASK_ID, {"success"}, timeout=600)
     return stalled, taken_over_by, ticks()
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.airflow_api import AirflowApiError, poll
-from tests.e2e.production import TRIGGERERS, holder, metadata_db, triggerer_threshold
+from tests.e2e.production import TRIGGERERS, holder, metadata_db, stall_holder, triggerer_threshold
 from tests.e2e.slurm_runs import DAG_ID, TASK_ID, start_job, ticks, wait_for_ticks
 
 pytestmark = pytest.mark.e2e
@@ -68,12 +68,7 @@ def test_a_stalled_holder_triggerer_never_cancels_the_job(prod, api, db, sacct_s
         run_id, ti, job_id = start_job(api, seconds=seconds)
         wait_for_ticks(api, run_id, ti["try_number"], at_least=3)
         stalled = wait_holder(db, run_id)
-        prod.script("pause", stalled)
-        try:
-            time.sleep(2 * threshold)
-            taken_over_by = holder(db, DAG_ID, run_id, TASK_ID)
-        finally:
-            prod.script("resume", stalled)
+        taken_over_by = stall_holder(prod, db, DAG_ID, run_id, TASK_ID, stalled, 2 * threshold)
         done = api.wait_for_state(DAG_ID, run_id, TASK_ID, {"success"}, timeout=seconds + 180)
         state = sacct_state(job_id)
         got = ticks(api.log_lines(DAG_ID, run_id, TASK_ID, done["try_number"]))

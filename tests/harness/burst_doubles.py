@@ -1,5 +1,5 @@
-"""Burst test doubles: a scripted stand-in for ``AsyncSkyPilotClient``, replayed HTTP answers, and a request
-the production code no longer sends (``/queue``) that the recorded samples were made with."""
+"""Burst test doubles: a job handle, a scripted stand-in for ``AsyncSkyPilotClient``, replayed HTTP answers,
+and a request the production code no longer sends (``/queue``) that the recorded samples were made with."""
 
 from __future__ import annotations
 
@@ -8,6 +8,23 @@ from typing import Any
 import httpx
 
 from npa_airflow.burst import client as sky
+from npa_airflow.burst.handle import BurstJobHandle
+
+RID = "63e57704-ba0f-4b9a-a7d1-74dd0df7ba6d"  # a launch request id as the API server issues them
+
+
+def burst_handle(**overrides) -> BurstJobHandle:
+    """A valid handle of a launched burst job; ``overrides`` change single fields."""
+    args = dict(
+        conn_id="skypilot_default",
+        endpoint="http://127.0.0.1:46580",
+        cluster="npa-demo-0123456789-t1",
+        name="demo",
+        request_id=RID,
+        submitted_at=1796217346.5,
+    )
+    args.update(overrides)
+    return BurstJobHandle(**args)
 
 
 class ScriptedClient:

@@ -9,23 +9,10 @@ from unittest import mock
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.handle import BurstJobHandle
 from npa_airflow.burst.hook import SkyPilotHook
-from tests.harness.burst_doubles import ScriptedClient
+from tests.harness.burst_doubles import RID, ScriptedClient
+from tests.harness.burst_doubles import burst_handle as handle
 
-RID = "63e57704-ba0f-4b9a-a7d1-74dd0df7ba6d"
 LOG = logging.getLogger("test")
-
-
-def handle(**overrides) -> BurstJobHandle:
-    args = dict(
-        conn_id="skypilot_default",
-        endpoint="http://127.0.0.1:46580",
-        cluster="npa-demo-0123456789-t1",
-        name="demo",
-        request_id=RID,
-        submitted_at=1796217346.5,
-    )
-    args.update(overrides)
-    return BurstJobHandle(**args)
 
 
 def drive(job: BurstJobHandle, answers: list, **kwargs) -> list:

@@ -4,23 +4,8 @@ from __future__ import annotations
 
 import json
 
-from npa_airflow.burst.handle import BurstJobHandle
 from npa_airflow.burst.triggers import BurstJobTrigger
-
-RID = "63e57704-ba0f-4b9a-a7d1-74dd0df7ba6d"
-
-
-def handle(**overrides) -> BurstJobHandle:
-    args = dict(
-        conn_id="skypilot_default",
-        endpoint="http://127.0.0.1:46580",
-        cluster="npa-demo-0123456789-t1",
-        name="demo",
-        request_id=RID,
-        submitted_at=1796217346.5,
-    )
-    args.update(overrides)
-    return BurstJobHandle(**args)
+from tests.harness.burst_doubles import burst_handle as handle
 
 
 def test_trigger_serializes_to_its_constructor_kwargs():
