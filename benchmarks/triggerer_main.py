@@ -42,10 +42,10 @@ def run(cluster: ClusterEnv, opts: Options, dep: DeploymentOptions) -> dict:
     bench_dir = Path(cluster.shared) / "bench"
     bench_dir.mkdir(exist_ok=True)
     shutil.chown(bench_dir, cluster.user, cluster.user)
-    log(f"bringing up the production shape in {dep.home} (port {dep.port})")
-    deployment.up(dep.fresh)
     sampler: Sampler | None = None
     try:
+        log(f"bringing up the production shape in {dep.home} (port {dep.port})")
+        deployment.up(dep.fresh)
         deployment.only_measured_triggerer()
         deployment.api.wait_for_dag(DAG_ID, timeout=300)
         listeners = sshd_listener_pids(cluster, LOGIN_PORTS)
