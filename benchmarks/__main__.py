@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--airflow-port", type=int, default=28290, help="triggerer part's API port")
     parser.add_argument("--reuse-airflow", action="store_true", help="do not wipe the triggerer part's home first")
     parser.add_argument("--keep-airflow", action="store_true", help="leave the triggerer part's Airflow running")
+    parser.add_argument("--sample-interval", type=float, default=1.0, help="/proc sampling period, s (triggerer)")
     parser.add_argument("--ns", default="1,50,200,500", help="concurrent jobs to watch (monitoring micro-benchmark)")
     parser.add_argument("--interval", type=float, default=5.0, help="trigger poll interval, seconds")
     parser.add_argument("--baseline-max", type=int, default=200, help="largest N the baseline is run at")
@@ -108,6 +109,7 @@ def _run_part(part: str, args: argparse.Namespace, env: ClusterEnv | None) -> ob
             fresh=not args.reuse_airflow,
             keep=args.keep_airflow,
             poll_interval=int(args.interval),
+            sample_interval=args.sample_interval,
         )
         return triggerer_main.run(env, opts, dep)
     if part == "monitoring":
