@@ -97,6 +97,21 @@ def socket_inode(link: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def process_tree(procs: Iterable[ProcStat], root: int) -> list[ProcStat]:
+    """The processes of `root`'s process group and every descendant of `root` (a child may start its own group)."""
+    procs = list(procs)
+    children: dict[int, list[int]] = {}
+    for p in procs:
+        children.setdefault(p.ppid, []).append(p.pid)
+    members, stack = {root}, [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in members:
+                members.add(child)
+                stack.append(child)
+    return [p for p in procs if p.pid in members or p.pgrp == root]
+
+
 def mem_available_kib(meminfo: str) -> int | None:
     for line in meminfo.splitlines():
         if line.startswith("MemAvailable:"):

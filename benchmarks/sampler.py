@@ -23,6 +23,7 @@ from benchmarks.procfs import (
     mem_available_kib,
     parse_proc_net_tcp,
     parse_proc_stat,
+    process_tree,
     socket_inode,
 )
 
@@ -36,7 +37,7 @@ class Sample:
     login_conns: int  # client-side ESTABLISHED connections to the login hosts, any process on this machine
     triggerer_conns: int  # ... of them held by the measured triggerer's processes
     triggerer_ports: frozenset[int]  # their local ports (how sshd's log names them)
-    triggerer_cpu: dict[int, int]  # {pid: utime+stime ticks} of the triggerer's process group
+    triggerer_cpu: dict[int, int]  # {pid: utime+stime ticks} of the triggerer's processes (group + descendants)
     triggerer_rss_kib: int
     sshd_procs: int  # per-connection sshd processes (the listeners excluded)
     sshd_rss_kib: int
@@ -65,7 +66,7 @@ class WindowStats:
 def take_sample(triggerer_pgid: int | None, login_ports: Sequence[int], exclude_pids: set[int]) -> Sample:
     """One reading of /proc (see the module docstring)."""
     procs = _read_all_stats()
-    group = [p for p in procs if triggerer_pgid is not None and p.pgrp == triggerer_pgid]
+    group = process_tree(procs, triggerer_pgid) if triggerer_pgid is not None else []
     sshd = [p for p in procs if p.comm == "sshd" and p.pid not in exclude_pids]
     conns = established_to(parse_proc_net_tcp(_read("/proc/net/tcp")), login_ports)
     own_inodes = _socket_inodes(p.pid for p in group)

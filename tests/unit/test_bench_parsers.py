@@ -17,6 +17,7 @@ from benchmarks.procfs import (
     mem_available_kib,
     parse_proc_net_tcp,
     parse_proc_stat,
+    process_tree,
     socket_inode,
 )
 from benchmarks.sampler import Sample, summarize, triggerer_ports
@@ -56,6 +57,15 @@ def test_parse_proc_stat_keeps_a_command_name_with_spaces_and_parens():
 def test_parse_proc_stat_refuses_what_is_not_a_stat_line(bad):
     with pytest.raises(ValueError):
         parse_proc_stat(bad)
+
+
+def test_process_tree_takes_the_group_and_descendants_in_other_groups():
+    def proc(pid: int, ppid: int, pgrp: int):
+        return parse_proc_stat(STAT.replace("7342 (cat) R 7340 7340", f"{pid} (p) S {ppid} {pgrp}"))
+
+    procs = [proc(10, 1, 10), proc(11, 10, 10), proc(12, 11, 12), proc(13, 12, 12), proc(14, 1, 10), proc(20, 1, 20)]
+    assert sorted(p.pid for p in process_tree(procs, 10)) == [10, 11, 12, 13, 14]
+    assert process_tree(procs, 99) == []
 
 
 def test_established_client_sockets_to_the_login_ports():
