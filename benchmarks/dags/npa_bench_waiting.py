@@ -28,7 +28,9 @@ TAG_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,40}")
 BENCH_DIR_RE = re.compile(r"/[A-Za-z0-9_./-]+")
 
 
-def _checked(params: dict) -> tuple[str, str]:
+def _checked(params: dict | None) -> tuple[str, str]:
+    if not params:
+        raise ValueError("no params: trigger the DAG with a conf (see the module docstring)")
     tag, bench_dir = str(params["tag"]), str(params["bench_dir"])
     if not TAG_RE.fullmatch(tag) or not BENCH_DIR_RE.fullmatch(bench_dir) or ".." in bench_dir:
         raise ValueError(f"tag={tag!r} / bench_dir={bench_dir!r}: expected a short [a-z0-9-] tag and an absolute path")
@@ -50,15 +52,15 @@ with DAG(
 ) as dag:
 
     @task
-    def npa_commands(params: dict) -> list[str]:
+    def npa_commands(params: dict | None = None) -> list[str]:  # params: from the task context
         tag, bench_dir = _checked(params)
-        return [_job_body(f"{bench_dir}/{tag}/npa-{i}.end") for i in range(int(params["npa"]))]
+        return [_job_body(f"{bench_dir}/{tag}/npa-{i}.end") for i in range(int(params["npa"]))]  # type: ignore[index]
 
     @task
-    def anchor_commands(params: dict) -> list[str]:
+    def anchor_commands(params: dict | None = None) -> list[str]:
         tag, bench_dir = _checked(params)
         commands = []
-        for i in range(int(params["anchor"])):
+        for i in range(int(params["anchor"])):  # type: ignore[index]
             job = f"{bench_dir}/{tag}/anchor-{i}"
             sbatch = [
                 "sbatch", "--wait", "--hold", f"--partition={PARTITION}", "--nodes=1", "--ntasks=1",
