@@ -64,9 +64,25 @@ ROWS: list[tuple[str, Callable[[SideResult], str]]] = [
 ]
 
 
+def _per_cycle(poll_interval: int) -> list[tuple[str, Callable[[SideResult], str]]]:
+    """Steady-state rates per poll interval: the unit of the targets (commands and RPCs per cycle)."""
+    cycles = 60 / poll_interval
+
+    def rate(value: float | None) -> str:
+        return _num(None if value is None else value / cycles, 2)
+
+    return [
+        ("triggerer sshd sessions per poll interval", lambda r: rate(r.triggerer_sessions_min)),
+        (
+            "slurmctld RPCs per poll interval",
+            lambda r: rate(sum(r.slurmctld_per_min.values()) if r.window else None),
+        ),
+    ]
+
+
 def side_by_side(results: Sequence[SideResult], poll_interval: int, note: str = "") -> str:
     headers = ["", *(_column_title(r) for r in results)]
-    rows = [[label, *(fmt(r) for r in results)] for label, fmt in ROWS]
+    rows = [[label, *(fmt(r) for r in results)] for label, fmt in [*ROWS[:8], *_per_cycle(poll_interval), *ROWS[8:]]]
     stops = [f"{_column_title(r)}: {r.stopped}" for r in results if r.stopped]
     text = (
         f"Poll interval {poll_interval} s on both sides. 'triggerer' = the measured triggerer's process group "
@@ -74,11 +90,25 @@ def side_by_side(results: Sequence[SideResult], poll_interval: int, note: str = 
         "Job end = the job's own `date +%s.%N` stamp; trigger fired = first 0.5 s poll of the metadata DB that "
         "no longer saw the task deferred. Sessions = SSH channels sshd logged (one per remote command)."
     )
+    ratios = cpu_ratios(results)
+    if ratios:
+        text += " Triggerer CPU per minute, anchor / npa: " + ", ".join(f"N={n}: {x:.1f}x" for n, x in ratios) + "."
     if stops:
         text += " Stopped short: " + "; ".join(stops) + "."
     if note:
         text += " " + note
     return table("Waiting in one real triggerer: this provider vs SSHRemoteJobOperator", headers, rows, text)
+
+
+def cpu_ratios(results: Sequence[SideResult]) -> list[tuple[int, float]]:
+    """(N, anchor's triggerer CPU per minute / this provider's) wherever both sides have a steady window."""
+    cpu = {
+        (r.side, r.n): r.window.triggerer_cpu_s_per_min
+        for r in results
+        if r.window is not None and r.window.triggerer_cpu_s_per_min
+    }
+    sizes = sorted(n for side, n in cpu if side == "npa" and ("anchor", n) in cpu)
+    return [(n, cpu[("anchor", n)] / cpu[("npa", n)]) for n in sizes]
 
 
 def rpc_types(results: Sequence[SideResult]) -> str:

@@ -24,7 +24,7 @@ from benchmarks.sampler import Sample, summarize, triggerer_ports
 from benchmarks.ti_watch import RunTimes, latency_stats
 from benchmarks.triggerer import SideResult
 from benchmarks.triggerer_phases import job_names, parse_squeue
-from benchmarks.triggerer_report import rpc_types, side_by_side
+from benchmarks.triggerer_report import cpu_ratios, rpc_types, side_by_side
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -167,6 +167,7 @@ def test_tables_put_the_sides_next_to_each_other():
     assert "npa N=5" in header and "SSH op N=5" in header
     assert "| 5 of 5 " in text and "| 3 of 5 " in text and "1.0 / 2.0 / 3.0" in text
     assert "SSH op N=5: 2 of 5 tasks failed before deferring" in text
+    assert cpu_ratios([npa, anchor]) == []  # no steady window on the anchor side
     rpc = rpc_types([npa, anchor])
     assert "REQUEST_JOB_INFO_SINGLE" in rpc and "DBD_GET_JOBS_COND" in rpc
 
@@ -203,3 +204,12 @@ def test_bench_dag_commands_stamp_the_job_end_and_hold_the_anchor_job(bench_dag)
 def test_bench_dag_refuses_unsafe_params(bench_dag, tag, bench_dir):
     with pytest.raises(ValueError, match="expected a short"):
         bench_dag.npa_commands.function({"npa": 1, "anchor": 0, "tag": tag, "bench_dir": bench_dir})
+
+
+def test_cpu_ratio_pairs_the_sides_at_the_same_n():
+    def side(name: str, n: int, cpu: float) -> SideResult:
+        window = summarize([_sample(0, 0), _sample(60, int(cpu * 100))], 0, 60)
+        return SideResult(side=name, n=n, window=window)
+
+    results = [side("npa", 5, 1.0), side("anchor", 5, 12.0), side("npa", 9, 1.0)]
+    assert [(n, round(x)) for n, x in cpu_ratios(results)] == [(5, 12)]
