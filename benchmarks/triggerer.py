@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.deployment import DAG_ID
 from benchmarks.sampler import WindowStats, summarize, triggerer_ports
 from benchmarks.ti_watch import TERMINAL, RunTimes, latency_stats
 from benchmarks.triggerer_phases import Bench, WindowCounts, job_names, log, read_stamps
@@ -95,9 +96,15 @@ def _deferral(bench: Bench, res: SideResult, opts: Options, bench_dir: Path, tag
     n, floor_kib = res.n, opts.mem_floor_mib * 1024
     conf = {"npa": 0, "anchor": 0, res.side: n, "tag": tag, "bench_dir": str(bench_dir)}
 
+    run: dict[str, str] = {}
+
     def until(times: RunTimes) -> str | None:
         if times.all_deferred_at(n) is not None:
             return "ok"
+        if not times.tis and time.time() - marks.t > 60:  # nothing mapped yet: did the planning task fail?
+            state = bench.deployment.api.dag_run(DAG_ID, run["id"])["state"]
+            if state in ("failed", "success"):
+                return f"the DAG run ended {state} before its {n} tasks were mapped"
         failed = times.count("failed", "upstream_failed")
         if failed:
             return f"{failed} of {n} tasks failed before deferring ({times.count('deferred')} deferred then)"
@@ -109,7 +116,7 @@ def _deferral(bench: Bench, res: SideResult, opts: Options, bench_dir: Path, tag
 
     log(f"{res.side} N={n}: DAG run {tag}")
     marks = bench.mark()
-    run_id = bench.trigger(conf)
+    run_id = run["id"] = bench.trigger(conf)
     times, verdict = bench.watch(run_id, res.side, until, opts.defer_timeout(n))
     counts = bench.since(marks)
     res.reached = max(res.reached, times.count("deferred"))
