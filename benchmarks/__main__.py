@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma list of parts ({', '.join(PARTS)})")
     parser.add_argument("--sizes", default="100,500,1000", help="mapped tasks waiting at once (triggerer)")
     parser.add_argument("--window", type=float, default=120.0, help="steady-state window, seconds (triggerer)")
+    parser.add_argument("--steady-after", type=float, default=65.0, help="s after all deferred (triggerer)")
     parser.add_argument("--cancel-wait", type=float, default=60.0, help="how long to wait for cancels (triggerer)")
     parser.add_argument("--mem-floor-mib", type=int, default=1500, help="stop a side below this MemAvailable")
     parser.add_argument("--airflow-home", default="/var/tmp/npa-airflow-bench", help="triggerer part's AIRFLOW_HOME")
@@ -102,6 +103,7 @@ def _run_part(part: str, args: argparse.Namespace, env: ClusterEnv | None) -> ob
             window=args.window,
             cancel_wait=args.cancel_wait,
             mem_floor_mib=args.mem_floor_mib,
+            steady_after=args.steady_after,
         )
         dep = triggerer_main.DeploymentOptions(
             home=args.airflow_home,

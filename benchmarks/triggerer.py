@@ -21,6 +21,7 @@ from pathlib import Path
 
 from benchmarks.deployment import DAG_ID
 from benchmarks.sampler import WindowStats, summarize, triggerer_ports
+from benchmarks.task_logs import deferral_span, fired_at, read_try_logs
 from benchmarks.ti_watch import TERMINAL, RunTimes, latency_stats
 from benchmarks.triggerer_phases import Bench, WindowCounts, job_names, log, read_stamps
 
@@ -34,6 +35,9 @@ class Options:
     cancel_wait: float = 60.0
     mem_floor_mib: int = 1500
     settle: float = 15.0  # pause between runs so one run's tail does not land in the next one's figures
+    # Steady state starts this long after the last task deferred: the provider's poller polls at its 2 s floor
+    # for 60 s after each submit (npa_airflow.slurm.poller.FAST_WINDOW_SECONDS), then at the poll interval.
+    steady_after: float = 65.0
 
     def defer_timeout(self, n: int) -> float:
         return 300.0 + 5.0 * n
@@ -122,21 +126,30 @@ def _deferral(bench: Bench, res: SideResult, opts: Options, bench_dir: Path, tag
     res.reached = max(res.reached, times.count("deferred"))
     if verdict == "ok":
         res.defer_s = times.all_deferred_at(n) - marks.t  # type: ignore[operator]
-        _submission_figures(bench, res, times, counts, marks.t)
+        _submission_figures(bench, res, run_id, times, counts, marks.t)
     return run_id, times, verdict
 
 
-def _submission_figures(bench: Bench, res: SideResult, times: RunTimes, counts: WindowCounts, t0: float) -> None:
-    """Worker side: execute's wall time (start -> deferred), and the SSH connections and command sessions sshd
-    saw from anything but the triggerer while the tasks deferred, per task."""
-    walls = [ti.deferred_seen - ti.start for ti in times.tis.values() if ti.deferred_seen and ti.start]
+def _submission_figures(
+    bench: Bench, res: SideResult, run_id: str, times: RunTimes, counts: WindowCounts, t0: float
+) -> None:
+    """Worker side: the try's wall time (its log's first line -> "Pausing task as DEFERRED"), and the SSH
+    connections and command sessions sshd saw from anything but the triggerer while the tasks deferred, per task."""
+    walls = []
+    for i in times.tis:
+        task_log, _ = read_try_logs(bench.deployment.task_log_dir(run_id, res.side) / f"map_index={i}")
+        span = deferral_span(task_log)
+        if span is not None:
+            walls.append(span[1] - span[0])
     res.submit_wall = latency_stats(walls)
     ports = triggerer_ports(s for s in bench.sampler.samples if s.t >= t0)
     conns, sessions = counts.sshd.count(ports=ports, mine=False)
     res.submit_conns, res.submit_sessions = conns / res.n, sessions / res.n
 
 
-def _steady_window(bench: Bench, res: SideResult, opts: Options) -> None:
+def _steady_window(bench: Bench, res: SideResult, opts: Options, deferred_at: float | None = None) -> None:
+    if deferred_at is not None:
+        time.sleep(max(0.0, deferred_at + opts.steady_after - time.time()))
     log(f"{res.side} N={res.n}: steady window of {opts.window:.0f} s")
     marks = bench.mark()
     time.sleep(opts.window)
@@ -156,14 +169,14 @@ def _steady_window(bench: Bench, res: SideResult, opts: Options) -> None:
 
 def _wait_run(bench: Bench, res: SideResult, opts: Options, bench_dir: Path) -> None:
     tag = _tag(res.side, res.n, "wait")
-    run_id, _, verdict = _deferral(bench, res, opts, bench_dir, tag)
+    run_id, times, verdict = _deferral(bench, res, opts, bench_dir, tag)
     names = job_names(res.side, run_id, tag, res.n)
     if verdict != "ok":
         res.stopped = verdict
         log(f"{res.side} N={res.n}: stopped short: {verdict}")
         _clean_up(bench, run_id, names)
         return
-    _steady_window(bench, res, opts)
+    _steady_window(bench, res, opts, deferred_at=times.all_deferred_at(res.n))
     ids = bench.job_ids(names)
     log(f"{res.side} N={res.n}: releasing {len(ids)} held jobs")
     bench.release(ids)
@@ -173,11 +186,25 @@ def _wait_run(bench: Bench, res: SideResult, opts: Options, bench_dir: Path) -> 
 
     times, res.finish_verdict = bench.watch(run_id, res.side, finished, opts.finish_timeout(res.n))
     stamps = read_stamps(bench_dir / tag, res.side, res.n)
-    fired = [times.tis[i].left_deferred_seen - t for i, t in stamps.items() if _has(times, i, "left_deferred_seen")]
+    fired = [t_fired - stamps[i] for i, t_fired in _fired_times(bench, run_id, res.side, times).items() if i in stamps]
     done = [times.tis[i].end - t for i, t in stamps.items() if _has(times, i, "end") and _ok(times, i)]
     res.detection, res.success, res.jobs_timed = latency_stats(fired), latency_stats(done), len(stamps)
     if res.finish_verdict != "ok":
         _clean_up(bench, run_id, names)
+
+
+def _fired_times(bench: Bench, run_id: str, task_id: str, times: RunTimes) -> dict[int, float]:
+    """{map index: when its trigger fired}: the trigger log's "Trigger fired event", else the first database
+    poll that no longer saw the task deferred."""
+    fired = {}
+    for i, ti in times.tis.items():
+        _, trigger_log = read_try_logs(bench.deployment.task_log_dir(run_id, task_id) / f"map_index={i}")
+        at = fired_at(trigger_log)
+        if at is None:
+            at = ti.left_deferred_seen
+        if at is not None:
+            fired[i] = at
+    return fired
 
 
 def _has(times: RunTimes, i: int, attr: str) -> bool:
@@ -236,4 +263,14 @@ def idle_window(bench: Bench, opts: Options) -> SideResult:
     """The same steady-state figures with no task waiting: the deployment's and cluster's own background."""
     res = SideResult(side="idle", n=0)
     _steady_window(bench, res, opts)
+    res.whole = res.window
     return res
+
+
+def warm_up(bench: Bench, opts: Options, bench_dir: Path) -> None:
+    """One unmeasured task per side first: the fresh triggerer builds its in-process API on its first trigger,
+    and the workers load the DAG file and the providers; no measured run should pay for that."""
+    quick = Options(sizes=[1], window=0.0, cancel_wait=opts.cancel_wait, settle=2.0, steady_after=0.0)
+    for side in SIDES:
+        _wait_run(bench, SideResult(side=side, n=1), quick, bench_dir)
+    time.sleep(opts.settle)

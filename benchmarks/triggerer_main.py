@@ -13,7 +13,7 @@ from pathlib import Path
 from benchmarks.cluster import ClusterEnv
 from benchmarks.deployment import DAG_ID, MEASURED_TRIGGERER, Deployment, sshd_listener_pids
 from benchmarks.sampler import Sampler
-from benchmarks.triggerer import SIDES, Options, SideResult, idle_window, remove_anchor_job_dirs, run_side
+from benchmarks.triggerer import SIDES, Options, SideResult, idle_window, remove_anchor_job_dirs, run_side, warm_up
 from benchmarks.triggerer_phases import LOGIN_PORTS, Bench, log
 from benchmarks.triggerer_report import rpc_types, side_by_side
 
@@ -52,6 +52,8 @@ def run(cluster: ClusterEnv, opts: Options, dep: DeploymentOptions) -> dict:
         sampler = Sampler(deployment.pid(MEASURED_TRIGGERER), LOGIN_PORTS, listeners, dep.sample_interval).start()
         bench = Bench(cluster=cluster, deployment=deployment, db=deployment.metadata_db(), sampler=sampler)
         bench.calibrate_probe()
+        log("warm-up: one unmeasured task per side")
+        warm_up(bench, opts, bench_dir)
         results = [idle_window(bench, opts), *_all_sizes(bench, opts, bench_dir)]
     finally:
         if sampler is not None:

@@ -59,7 +59,7 @@ ROWS: list[tuple[str, Callable[[SideResult], str]]] = [
     ("job end -> trigger fired, s p50 / p95 / max", lambda r: _lat(r.detection)),
     ("job end -> task success, s p50 / p95 / max", lambda r: _lat(r.success)),
     ("mark DAG run failed -> all N jobs gone, max s", _cancel),
-    ("worker: execute -> deferred, s p50 / p95 / max", lambda r: _lat(r.submit_wall)),
+    ("worker: try start -> DEFERRED, s p50 / p95 / max", lambda r: _lat(r.submit_wall)),
     ("worker: SSH conns / sshd sessions per submission", lambda r: _pair(r.submit_conns, r.submit_sessions, 2)),
 ]
 
@@ -87,8 +87,9 @@ def side_by_side(results: Sequence[SideResult], poll_interval: int, note: str = 
     text = (
         f"Poll interval {poll_interval} s on both sides. 'triggerer' = the measured triggerer's process group "
         "(the second triggerer stopped). Steady figures over the window after all N deferred, jobs held. "
-        "Job end = the job's own `date +%s.%N` stamp; trigger fired = first 0.5 s poll of the metadata DB that "
-        "no longer saw the task deferred. Sessions = SSH channels sshd logged (one per remote command)."
+        "Job end = the job's own `date +%s.%N` stamp; trigger fired = the trigger log's 'Trigger fired event'. "
+        "Worker = the task log's first line to 'Pausing task as DEFERRED'. "
+        "Sessions = SSH channels sshd logged (one per remote command)."
     )
     ratios = cpu_ratios(results)
     if ratios:

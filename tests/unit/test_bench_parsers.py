@@ -21,6 +21,7 @@ from benchmarks.procfs import (
     socket_inode,
 )
 from benchmarks.sampler import Sample, summarize, triggerer_ports
+from benchmarks.task_logs import deferral_span, fired_at, read_try_logs
 from benchmarks.ti_watch import RunTimes, latency_stats
 from benchmarks.triggerer import SideResult
 from benchmarks.triggerer_phases import job_names, parse_squeue
@@ -213,3 +214,21 @@ def test_cpu_ratio_pairs_the_sides_at_the_same_n():
 
     results = [side("npa", 5, 1.0), side("anchor", 5, 12.0), side("npa", 9, 1.0)]
     assert [(n, round(x)) for n, x in cpu_ratios(results)] == [(5, 12)]
+
+
+def _log(*events: tuple[str, str]) -> str:
+    lines = [f'{{"timestamp":"2026-12-03T14:58:{t}Z","level":"info","event":"{e}"}}' for t, e in events]
+    return "\n".join(["not json", *lines, '{"no": "timestamp"}'])
+
+
+def test_task_and_trigger_log_times(tmp_path):
+    task = _log(("03.500000", "::group::Pre Execute"), ("05.975000", "Pausing task as DEFERRED. "))
+    trigger = _log(("07.410371", "trigger x (ID 1) starting"), ("40.338000", "Trigger fired event"))
+    start, deferred = deferral_span(task)
+    assert deferred - start == pytest.approx(2.475)
+    assert fired_at(trigger) == pytest.approx(dt.datetime(2026, 12, 3, 14, 58, 40, 338000, dt.timezone.utc).timestamp())
+    assert deferral_span(_log(("03.5", "::group::Pre Execute"))) is None and fired_at(task) is None
+    (tmp_path / "attempt=1.log").write_text(task)
+    (tmp_path / "attempt=1.log.trigger.7.log").write_text(trigger)
+    assert read_try_logs(tmp_path) == (task, trigger)
+    assert read_try_logs(tmp_path, 2) == ("", "")
