@@ -1,9 +1,13 @@
 """Run the benchmark suite against the local cluster and print its tables.
 
-    .venv/bin/python -m benchmarks                  # everything (about 6-9 minutes on 2 cores)
-    .venv/bin/python -m benchmarks --only imports   # one part: monitoring, submit, logs, imports
-    .venv/bin/python -m benchmarks --ns 1,50 --quick
+    .venv/bin/python -m benchmarks                  # everything (hours: the triggerer part at N = 100, 500, 1000)
+    .venv/bin/python -m benchmarks --only triggerer --sizes 100,500,1000   # the real-triggerer comparison
+    .venv/bin/python -m benchmarks --only imports   # one part: triggerer, monitoring, submit, logs, imports
+    .venv/bin/python -m benchmarks --only monitoring --ns 1,50 --quick
 
+Parts: `triggerer` runs N mapped tasks in a real production-shape Airflow (dev/airflow, its own home and port)
+against the SSH provider's SSHRemoteJobOperator; `monitoring` is a micro-benchmark of the poller (one asyncio
+loop standing in for the triggerer); `submit`, `logs` and `imports` measure the hook and DAG parse cost.
 The cluster must be up (`dev/cluster up`). Nothing here is a test: figures are printed, not asserted.
 """
 
@@ -22,13 +26,23 @@ from dataclasses import asdict, is_dataclass
 from benchmarks.cluster import ClusterEnv
 from npa_airflow.exceptions import NpaError
 
-PARTS = ("monitoring", "submit", "logs", "imports")
+PARTS = ("triggerer", "monitoring", "submit", "logs", "imports")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma list of parts ({', '.join(PARTS)})")
-    parser.add_argument("--ns", default="1,50,200,500", help="concurrent jobs to watch (monitoring)")
+    parser.add_argument("--sizes", default="100,500,1000", help="mapped tasks waiting at once (triggerer)")
+    parser.add_argument("--window", type=float, default=120.0, help="steady-state window, seconds (triggerer)")
+    parser.add_argument("--steady-after", type=float, default=65.0, help="s after all deferred (triggerer)")
+    parser.add_argument("--cancel-wait", type=float, default=60.0, help="how long to wait for cancels (triggerer)")
+    parser.add_argument("--mem-floor-mib", type=int, default=1500, help="stop a side below this MemAvailable")
+    parser.add_argument("--airflow-home", default="/var/tmp/npa-airflow-bench", help="triggerer part's AIRFLOW_HOME")
+    parser.add_argument("--airflow-port", type=int, default=28290, help="triggerer part's API port")
+    parser.add_argument("--reuse-airflow", action="store_true", help="do not wipe the triggerer part's home first")
+    parser.add_argument("--keep-airflow", action="store_true", help="leave the triggerer part's Airflow running")
+    parser.add_argument("--sample-interval", type=float, default=1.0, help="/proc sampling period, s (triggerer)")
+    parser.add_argument("--ns", default="1,50,200,500", help="concurrent jobs to watch (monitoring micro-benchmark)")
     parser.add_argument("--interval", type=float, default=5.0, help="trigger poll interval, seconds")
     parser.add_argument("--baseline-max", type=int, default=200, help="largest N the baseline is run at")
     parser.add_argument("--baseline-cycles", type=int, default=3)
@@ -57,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     raw: dict[str, object] = {}
     for part in parts:
-        raw[part] = _with_retry(part, lambda part=part: _run_part(part, args, env))
+        attempts = 1 if part == "triggerer" else 3  # hours long: a failure is reported, not rerun
+        raw[part] = _with_retry(part, lambda part=part: _run_part(part, args, env), attempts)
         sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as fh:
@@ -79,6 +94,26 @@ def _with_retry(part: str, call, attempts: int = 3, pause: float = 20.0):
 
 
 def _run_part(part: str, args: argparse.Namespace, env: ClusterEnv | None) -> object:
+    if part == "triggerer":
+        from benchmarks import triggerer_main
+        from benchmarks.triggerer import Options
+
+        opts = Options(
+            sizes=[int(x) for x in args.sizes.split(",") if x.strip()],
+            window=args.window,
+            cancel_wait=args.cancel_wait,
+            mem_floor_mib=args.mem_floor_mib,
+            steady_after=args.steady_after,
+        )
+        dep = triggerer_main.DeploymentOptions(
+            home=args.airflow_home,
+            port=args.airflow_port,
+            fresh=not args.reuse_airflow,
+            keep=args.keep_airflow,
+            poll_interval=int(args.interval),
+            sample_interval=args.sample_interval,
+        )
+        return triggerer_main.run(env, opts, dep)
     if part == "monitoring":
         from benchmarks import monitoring_tables
 

@@ -142,4 +142,39 @@ def run(reps: int) -> dict:
     )
     raw["sdk_ms"] = statistics.median(sdk) if sdk else None
     raw["missing"] = missing
+    if exists(ANCHOR_MODULE):
+        raw["versus_anchor"] = versus_anchor(max(reps, 5))
+    return raw
+
+
+ANCHOR_MODULE = "airflow.providers.ssh.operators.ssh_remote_job"
+
+
+def versus_anchor(reps: int) -> dict:
+    """The provider's operators next to the SSH provider's SSHRemoteJobOperator module, probed alternately in
+    fresh interpreters of the same Python (so both see the same load), as a ratio of the extra time."""
+    print("... import cost vs the SSH provider's operator", file=sys.stderr, flush=True)
+    operators = [m for m in DAG_FACING if m.endswith(".operators") and exists(m)]
+    groups = {"npa_airflow operators (" + ", ".join(operators) + ")": operators, ANCHOR_MODULE: [ANCHOR_MODULE]}
+    samples: dict[str, list[dict]] = {label: [] for label in groups}
+    for rep in range(reps):
+        order = list(groups.items()) if rep % 2 == 0 else list(groups.items())[::-1]
+        for label, modules in order:
+            samples[label].append(probe(modules))
+    anchor_min = min(s["extra_ms"] for s in samples[ANCHOR_MODULE])
+    rows, raw = [], {}
+    for label, runs in samples.items():
+        extra_min = min(s["extra_ms"] for s in runs)
+        extra_median = statistics.median(s["extra_ms"] for s in runs)
+        raw[label] = {"extra_ms_min": extra_min, "extra_ms": extra_median, "new_modules": len(runs[-1]["new"])}
+        ratio = extra_min / anchor_min if anchor_min else None
+        rows.append([label, extra_min, extra_median, len(runs[-1]["new"]), ratio])
+    sdk = statistics.median(s["sdk_ms"] for runs in samples.values() for s in runs)
+    note = (
+        f"{reps} fresh interpreters each, alternating; `import airflow.sdk` median {sdk:.0f} ms in the same runs. "
+        f"Budget for the provider's operators: {BUDGET_MS:.0f} ms extra (fastest run)."
+    )
+    headers = ["module(s)", "extra wall ms (min)", "extra wall ms (median)", "new modules", "ratio to SSH op (min)"]
+    print(table("DAG parse cost: the provider's operators vs SSHRemoteJobOperator", headers, rows, note))
+    raw["sdk_ms"] = sdk
     return raw

@@ -1,4 +1,6 @@
-"""Monitoring cost and detection latency: N SlurmJobTriggers in one process vs a connection-per-trigger baseline.
+"""Micro-benchmark of the poller: N SlurmJobTriggers in one process vs a connection-per-trigger baseline.
+
+Not a triggerer: benchmarks/triggerer.py measures the real `airflow triggerer` against the SSH provider.
 
 Ours: N real `SlurmJobTrigger.run()` generators on one asyncio loop (standing in for the triggerer's loop; no
 Airflow triggerer process), all sharing the process-wide poller and the hook's pooled connection. Of the N jobs,

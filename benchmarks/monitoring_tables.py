@@ -136,7 +136,7 @@ async def run(env: ClusterEnv, ns: Sequence[int], interval: float, baseline_max:
         raw[n] = {"ours": ours, "baseline": base, "costs": costs}
     print(
         table(
-            "Monitoring cost per poll cycle",
+            "Poller micro-benchmark (one asyncio loop, no triggerer): monitoring cost per poll cycle",
             SUMMARY_HEADERS,
             summary,
             f"Baseline run only up to N={baseline_max} ({baseline_cycles} cycles); interval {interval} s. "
@@ -145,8 +145,8 @@ async def run(env: ClusterEnv, ns: Sequence[int], interval: float, baseline_max:
             "shared cluster (see the foreign SSH sessions column).",
         )
     )
-    print(table("Detection latency (job's last line -> trigger event)", LATENCY_HEADERS, latency))
-    print(table("State commands and their RPCs in the measured window", RPC_HEADERS, rpcs))
+    print(table("Poller micro-benchmark: detection latency (job's last line -> event)", LATENCY_HEADERS, latency))
+    print(table("Poller micro-benchmark: state commands and their RPCs in the measured window", RPC_HEADERS, rpcs))
     print(
         table(
             "Calibrated RPC cost of one command (last N's jobs)",
