@@ -99,12 +99,8 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
             self.slurm_conn_id, config=self._config, connect_attempts=self.connect_attempts, cluster=cluster
         )
 
-    @property
-    def target_cluster(self) -> str | None:
-        """The cluster this hook's Slurm commands name (see the class docstring); None = no -M."""
-        return self.cluster or self.config.cluster_name
-
     async def atarget_cluster(self) -> str | None:
+        """The cluster this hook's Slurm commands name (see the class docstring); None = no -M."""
         return self.cluster or (await self.aconfig()).cluster_name
 
     # -- connections ---------------------------------------------------------------------------------------------

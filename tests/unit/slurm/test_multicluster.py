@@ -98,7 +98,7 @@ async def test_every_slurm_command_names_the_handles_cluster_else_the_connection
     assert [c.split()[0] for c in sent] == ["sacct", "squeue", "scancel", "sacct", "squeue", "scontrol", "scontrol"]
     for command in sent:
         assert (flag in command) if flag else ("-M" not in command.split()), command
-    assert hook.target_cluster == (handle_cluster or connection_cluster)
+    assert await hook.atarget_cluster() == (handle_cluster or connection_cluster)
 
 
 async def test_sbatch_names_the_hooks_cluster():
