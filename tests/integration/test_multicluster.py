@@ -1,9 +1,9 @@
 """Two real Slurm clusters behind one login host and one slurmdbd (dev/cluster: `npa`, the default, and `b`).
 
 A job submitted to b is watched, cancelled and checked on b only, even when a job with the same id runs on npa
-(the ids are made to collide: the administrator raises b's next id to that of a job running on npa). Everything
-the tests observe on the clusters is read with the ssh CLI (`squeue -M`, `sacct -M`), not through the code under
-test.
+(the ids are made to collide: the administrator raises b's next id to that of a job running on npa, whose ids are
+first moved past b's if needed). Everything the tests observe on the clusters is read with the ssh CLI
+(`squeue -M`, `sacct -M`), not through the code under test.
 """
 
 from __future__ import annotations
@@ -63,25 +63,48 @@ def jobs_named(cluster_ssh: Callable[..., Any], cluster: str, name: str) -> list
     return sorted({x for x in (live + accounted).split() if x.isdigit()})
 
 
+def next_id_at_least(cluster_ssh: Callable[..., Any], cluster: str, floor: int) -> None:
+    """Make `cluster`'s next job id at least `floor`, as a user can: submit held jobs and cancel them."""
+    burn = f"sbatch --parsable -M {cluster} -H -J npa-mc-burn -o /dev/null --wrap true"
+    while True:
+        burnt = int(cluster_ssh(burn, check=True).stdout.strip().split(";")[0])
+        cluster_ssh(f"scancel -M {cluster} {burnt}", check=True)
+        if burnt + 1 >= floor:
+            return
+        count = min(floor - burnt - 1, 200)
+        ids = cluster_ssh(f"for i in $(seq {count}); do {burn}; done", check=True).stdout.replace(f";{cluster}", "")
+        cluster_ssh(f"scancel -M {cluster} {' '.join(ids.split())}", check=True)
+
+
+def raise_first_job_id(conf: Path, first: int) -> None:
+    """Set FirstJobId in b's slurm.conf, replacing the file whole: its slurmd re-read it on reconfigure, and a
+    half-written file stops them. It stays until `dev/cluster up` renders the file again (a floor: harmless)."""
+    lines = [line for line in conf.read_text().splitlines() if not line.startswith("FirstJobId=")]
+    staged = conf.with_name(f".{conf.name}.{uuid.uuid4().hex[:6]}")
+    staged.write_text("\n".join([*lines, f"FirstJobId={first}", ""]))
+    staged.chmod(0o644)
+    staged.replace(conf)
+
+
 @pytest.fixture
 def colliding_job(slurm_cluster, cluster_ssh, cluster_admin) -> Iterator[str]:
     """A running job of the cluster user on npa whose id the next job on b gets.
 
-    npa's job is submitted as usual; the administrator then raises b's job id sequence to that id (FirstJobId in
-    b's slurm.conf and `scontrol reconfigure` on b, which keeps the larger of it and the last id; the file is
-    restored at once). npa's job is cancelled at the end.
+    npa's job is submitted as usual, once npa's ids have passed b's; the administrator then raises b's job id
+    sequence to that id (FirstJobId in b's slurm.conf and `scontrol reconfigure` on b, which keeps the larger of
+    it and the last id). npa's job is cancelled at the end.
     """
+    b = slurm_cluster.cluster2
+    b_last = cluster_ssh(f"sbatch --parsable -M {b} -H -J npa-mc-burn -o /dev/null --wrap true", check=True)
+    b_last_id = int(b_last.stdout.strip().split(";")[0])
+    cluster_ssh(f"scancel -M {b} {b_last_id}", check=True)
+    next_id_at_least(cluster_ssh, "npa", b_last_id + 1)
     victim = cluster_ssh(
         "sbatch --parsable -J npa-mc-victim -p cpu -t 10 -o /dev/null --chdir=/tmp --wrap 'sleep 600'", check=True
     ).stdout.strip()
     try:
-        conf = Path(slurm_cluster.slurm_conf2)
-        original = conf.read_text()
-        try:
-            conf.write_text(f"{original}FirstJobId={victim}\n")
-            cluster_admin("scontrol reconfigure", slurm_conf=str(conf))
-        finally:
-            conf.write_text(original)
+        raise_first_job_id(Path(slurm_cluster.slurm_conf2), int(victim))
+        cluster_admin("scontrol reconfigure", slurm_conf=slurm_cluster.slurm_conf2)
         wait_for_state(cluster_ssh, "npa", victim, "RUNNING")
         yield victim
     finally:
@@ -104,7 +127,7 @@ def test_on_kill_cancels_the_job_on_its_own_cluster_and_leaves_the_same_id_on_th
     trigger = run_for_task_instance(submit_deferred(op, task_context(f"npa_itest_mc_{uuid.uuid4().hex[:6]}")))
     job_id = trigger.handle["job_id"]
     try:
-        assert (trigger.handle["cluster"], job_id) == (b, colliding_job), f"b's ids were already past {colliding_job}"
+        assert (trigger.handle["cluster"], job_id) == (b, colliding_job), "b's next id moved on"
         monkeypatch.setenv("AIRFLOW_CONN_SLURM_B", connection_json(slurm_cluster, None))
         wait_for_state(cluster_ssh, b, job_id, "RUNNING")
         kwargs = trigger.serialize()[1]

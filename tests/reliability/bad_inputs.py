@@ -183,10 +183,6 @@ CASES: list[Case] = [
          lambda: slurm_task(extra_sbatch=["--partition=gpu"]), ("--partition", "spec's own fields")),
     Case("extra-sbatch-injection", f"{S}(extra_sbatch=)", "['--qos=high; rm -rf ~']",
          lambda: slurm_task(extra_sbatch=["--qos=high; rm -rf ~"]), ("--qos=high; rm -rf ~", "one long option")),
-    Case("extra-sbatch-clusters", f"{S}(extra_sbatch=)", "['--clusters=b']",
-         lambda: slurm_task(extra_sbatch=["--clusters=b"]), ("--clusters=b", '"cluster_name": "b"', "slurm_conn_id")),
-    Case("extra-sbatch-M", f"{S}(extra_sbatch=)", "['-M', 'b']",
-         lambda: slurm_task(extra_sbatch=["-M", "b"]), ("'-M'", '"cluster_name": "b"', "slurm_conn_id")),
     Case("exclude-metachar", f"{S}(exclude_nodes=)", "['c1;id']", lambda: slurm_task(exclude_nodes=["c1;id"]),
          ("c1;id", "node names")),
     # -- images and mounts ---------------------------------------------------------------------------------
@@ -281,4 +277,9 @@ CASES: list[Case] = [
     Case("yaml-registry-in-envs", f"{Y}(yaml_path=)", "envs: {SKYPILOT_DOCKER_PASSWORD: ...}",
          _yaml("name: t\n" + GOOD_YAML_RUN + "envs:\n  SKYPILOT_DOCKER_PASSWORD: pw\n"),
          ("SKYPILOT_DOCKER_PASSWORD", "registry_conn_id")),
+    # -- the cluster of a Slurm job comes from the connection (appended: earlier rows keep their numbers) -------
+    Case("extra-sbatch-clusters", f"{S}(extra_sbatch=)", "['--clusters=b']",
+         lambda: slurm_task(extra_sbatch=["--clusters=b"]), ("--clusters=b", '"cluster_name": "b"', "slurm_conn_id")),
+    Case("extra-sbatch-M", f"{S}(extra_sbatch=)", "['-M', 'b']",
+         lambda: slurm_task(extra_sbatch=["-M", "b"]), ("'-M'", '"cluster_name": "b"', "slurm_conn_id")),
 ]  # fmt: skip
