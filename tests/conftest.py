@@ -30,6 +30,8 @@ class ClusterInfo:
     sqsh_dir: str
     conn_uri_json: str
     slurm_conf: str
+    cluster2: str  # the second cluster (`sbatch -M <cluster2>`), same slurmdbd
+    slurm_conf2: str  # its slurm.conf, for admin commands on it
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -85,6 +87,8 @@ def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
         sqsh_dir=f"{cluster_dir}/shared/sqsh",
         conn_uri_json=env["AIRFLOW_CONN_SLURM_DEFAULT"],
         slurm_conf=env["NPA_SLURM_CONF"],
+        cluster2=env["NPA_SLURM_CLUSTER2"],
+        slurm_conf2=env["NPA_SLURM_CONF2"],
     )
     if request.config.getoption("--cluster-down"):
         subprocess.run([str(CLUSTER_SCRIPT), "down"], check=True, timeout=300)
@@ -120,12 +124,13 @@ def cluster_ssh(slurm_cluster: ClusterInfo) -> Callable[..., subprocess.Complete
 def cluster_admin(slurm_cluster: ClusterInfo) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run a shell command locally as the Slurm administrator (root) with the cluster's SLURM_CONF.
 
-    For what the cluster user may not do, such as `scontrol update nodename=c2 state=down`.
+    For what the cluster user may not do, such as `scontrol update nodename=c2 state=down`; pass
+    `slurm_conf=slurm_cluster.slurm_conf2` to administer the second cluster.
     Fails (AssertionError with stdout/stderr) on a non-zero exit unless check=False.
     """
 
-    def run(cmd: str, *, check: bool = True, timeout: float = 120):
-        env = {**os.environ, "SLURM_CONF": slurm_cluster.slurm_conf}
+    def run(cmd: str, *, check: bool = True, timeout: float = 120, slurm_conf: str | None = None):
+        env = {**os.environ, "SLURM_CONF": slurm_conf or slurm_cluster.slurm_conf}
         return _run(["bash", "-c", cmd], check, timeout, env=env)
 
     return run

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncssh
 
@@ -42,6 +42,7 @@ from npa_airflow.slurm.staging import (
 # A command whose connection died is run once more on a new connection, at once.
 RERUN_BACKOFF = Backoff(base=0.0, cap=0.0, jitter=0.0)
 RUN_ATTEMPTS = 2
+H = TypeVar("H", bound="AsyncSlurmHook")
 
 
 class _RepeatableConnectionError(NpaConnectionError):
@@ -64,7 +65,11 @@ def _feed(process: asyncssh.SSHClientProcess[bytes], stdin: bytes | None) -> boo
 
 
 class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
-    """The async Slurm commands over SSH; :class:`npa_airflow.slurm.hook.SlurmHook` adds the sync facade."""
+    """The async Slurm commands over SSH; :class:`npa_airflow.slurm.hook.SlurmHook` adds the sync facade.
+
+    Every Slurm command names one cluster with ``-M``: ``cluster`` when given (the cluster a job handle
+    records), else the connection's ``cluster_name``; neither means the login host's default cluster (no -M).
+    """
 
     conn_name_attr = "slurm_conn_id"
     config_type = SlurmConnectionConfig
@@ -75,11 +80,28 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         *,
         config: SlurmConnectionConfig | None = None,
         connect_attempts: int = 2,
+        cluster: str | None = None,
     ) -> None:
         super().__init__()
         self.slurm_conn_id = slurm_conn_id
         self._config = config
         self.connect_attempts = connect_attempts
+        self.cluster = None if cluster is None else commands.validate_cluster(cluster)
+
+    def on_cluster(self: H, cluster: str | None) -> H:
+        """This hook for the jobs of `cluster` (a handle's): same connection, -M `cluster` on Slurm commands.
+
+        None (sbatch printed no cluster: the job went to the default) keeps this hook as it is.
+        """
+        if cluster is None or cluster == self.cluster:
+            return self
+        return type(self)(
+            self.slurm_conn_id, config=self._config, connect_attempts=self.connect_attempts, cluster=cluster
+        )
+
+    async def atarget_cluster(self) -> str | None:
+        """The cluster this hook's Slurm commands name (see the class docstring); None = no -M."""
+        return self.cluster or (await self.aconfig()).cluster_name
 
     # -- connections ---------------------------------------------------------------------------------------------
 
@@ -215,14 +237,13 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         Raises ``NpaValidationError`` (nothing written) when a required input is missing, ``NpaRemoteError`` when
         sbatch clearly refused the job, and ``NpaAmbiguousSubmission`` when the job may or may not exist.
         """
-        cfg = await self.aconfig()
         command, stdin = build_stage_and_submit(
             files,
             script_path,
             sbatch_args=sbatch_args,
             required_paths=required_paths,
             mkdirs=mkdirs,
-            cluster=cfg.cluster_name,
+            cluster=await self.atarget_cluster(),
         )
         try:
             result = await self.arun(command, stdin=stdin, check=False, idempotent=False, timeout=180)
@@ -286,14 +307,14 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return {}
-        cfg = await self.aconfig()
+        cluster = await self.atarget_cluster()
         found: dict[str, commands.SlurmJobInfo] = {}
-        sacct = await self.arun(commands.build_sacct_states(ids, cfg.cluster_name), check=False)
+        sacct = await self.arun(commands.build_sacct_states(ids, cluster), check=False)
         if sacct.returncode == 0:
             found.update(commands.parse_sacct(sacct.text))
         missing = [i for i in ids if i not in found]
         if missing:
-            squeue = await self.arun(commands.build_squeue_states(missing, cfg.cluster_name), check=False)
+            squeue = await self.arun(commands.build_squeue_states(missing, cluster), check=False)
             if squeue.returncode == 0:
                 found.update(commands.parse_squeue(squeue.text))
             elif squeue_job_id_unknown(squeue.error_text):
@@ -307,8 +328,7 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
 
     async def acancel(self, job_id: str) -> None:
         """``scancel``; a job that already ended (or is unknown to Slurm) counts as cancelled."""
-        cfg = await self.aconfig()
-        result = await self.arun(commands.build_cancel(job_id, cfg.cluster_name), check=False)
+        result = await self.arun(commands.build_cancel(job_id, await self.atarget_cluster()), check=False)
         if result.returncode == 0:
             return
         if scancel_nothing_to_cancel(result.error_text):
@@ -344,12 +364,12 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         names = list(dict.fromkeys(names))
         if not names:
             return []
-        cfg = await self.aconfig()
+        cluster = await self.atarget_cluster()
         found: dict[str, commands.SlurmJobInfo] = {}
-        sacct = await self.arun(commands.build_find_by_name_sacct(names, cfg.cluster_name), check=False)
+        sacct = await self.arun(commands.build_find_by_name_sacct(names, cluster), check=False)
         if sacct.returncode == 0:
             found.update(commands.parse_sacct(sacct.text))
-        squeue = await self.arun(commands.build_find_by_name_squeue(names, cfg.cluster_name), check=False)
+        squeue = await self.arun(commands.build_find_by_name_squeue(names, cluster), check=False)
         if squeue.returncode == 0:
             found.update(commands.parse_squeue(squeue.text))  # live view wins over accounting lag
         if sacct.returncode != 0 and squeue.returncode != 0:
@@ -358,9 +378,9 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         return [info for info in found.values() if info.job_name in wanted]
 
     async def anodes(self) -> dict[str, Any]:
-        result = await self.arun(commands.build_scontrol_nodes())
+        result = await self.arun(commands.build_scontrol_nodes(await self.atarget_cluster()))
         return commands.parse_scontrol_nodes(result.text)
 
     async def apartitions(self) -> dict[str, Any]:
-        result = await self.arun(commands.build_partitions())
+        result = await self.arun(commands.build_partitions(await self.atarget_cluster()))
         return commands.parse_partitions(result.text)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.handle import CLUSTER_RE
 
 DEFAULT_SSH_PORT = 22
 DEFAULT_CONNECT_TIMEOUT = 15.0
@@ -93,7 +94,7 @@ class SlurmConnectionConfig:
     results_root: str | None = None
     cpu_partition: str | None = None
     sqsh_cache_dir: str | None = None
-    cluster_name: str | None = None
+    cluster_name: str | None = None  # -M on every Slurm command; None = the login host's default cluster
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     job_url_template: str | None = None
 
@@ -139,6 +140,11 @@ class SlurmConnectionConfig:
         if self.key_file and not os.path.exists(os.path.expanduser(self.key_file)):
             raise NpaValidationError(
                 f"slurm connection {self.conn_id!r}: key_file {self.key_file!r} does not exist on this machine"
+            )
+        if self.cluster_name is not None and not CLUSTER_RE.fullmatch(self.cluster_name):
+            raise NpaValidationError(
+                f"slurm connection {self.conn_id!r}: extra 'cluster_name'={self.cluster_name!r} is not one Slurm "
+                "cluster name ([A-Za-z0-9_.-], as `sacctmgr list clusters` shows it); one connection names one cluster"
             )
         if self.connect_timeout <= 0:
             raise NpaValidationError(f"slurm connection {self.conn_id!r}: connect_timeout must be positive")

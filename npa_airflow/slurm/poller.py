@@ -6,8 +6,9 @@ jobs, and ONE remote command that tails all their log files from their byte offs
 persists the offsets the triggers have already written to the task log in a small file next to the job's
 stdout (`<stdout>.npa-offsets`), so a restarted triggerer resumes the log where it stopped at no extra cost.
 
-Pollers are keyed by (event loop, connection id): a triggerer has one per cluster, `dag.test()` (a new loop
-per trigger run) gets a fresh one each time. The poll loop stops by itself when nobody is registered.
+Pollers are keyed by (event loop, connection id, cluster): a triggerer has one per cluster, the one its jobs'
+handles record (sbatch's "id;cluster"), and each queries its jobs with that cluster's -M; `dag.test()` (a new
+loop per trigger run) gets a fresh one each time. The poll loop stops by itself when nobody is registered.
 
 Each trigger also claims its job (`npa_airflow.common.ownership`): the first command after it registers writes
 its claim next to the offsets, and every tail command reads the claims back. A registration whose claim was
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import logging
 import time
@@ -184,14 +186,23 @@ class PollerStats:
 
 
 class SlurmPoller(OffsetBookkeeping):
-    """Polls one cluster for every registered job; see the module docstring."""
+    """Polls one cluster (None: the connection's) for every registered job; see the module docstring.
+
+    A `hook_factory` gets the connection id and must return a hook for this poller's cluster.
+    """
 
     def __init__(
-        self, conn_id: str, hook_factory: Callable[[str], Any] | None = None, *, autostart: bool = True
+        self,
+        conn_id: str,
+        hook_factory: Callable[[str], Any] | None = None,
+        *,
+        autostart: bool = True,
+        cluster: str | None = None,
     ) -> None:
         self.conn_id = conn_id
+        self.cluster = cluster
         self.autostart = autostart  # False: the caller drives cycle() itself (tests)
-        self._hook_factory = hook_factory or _default_hook_factory
+        self._hook_factory = hook_factory or functools.partial(_default_hook_factory, cluster=cluster)
         self._hook: Any = None
         self._registrations: list[Registration] = []
         self._wake = asyncio.Event()
@@ -253,7 +264,7 @@ class SlurmPoller(OffsetBookkeeping):
             # A fresh context: the loop must not inherit the first trigger's log context (task log routing).
             loop = asyncio.get_running_loop()
             self._task = contextvars.Context().run(
-                loop.create_task, self._run(), name=f"npa-slurm-poller[{self.conn_id}]"
+                loop.create_task, self._run(), name=f"npa-slurm-poller[{self.conn_id}@{self.cluster or 'default'}]"
             )
 
     # -- the loop ----------------------------------------------------------------------------------------
@@ -280,7 +291,7 @@ class SlurmPoller(OffsetBookkeeping):
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug in one cycle must not stop polling for every trigger
-                log.exception("Slurm poller cycle failed for connection %s", self.conn_id)
+                log.exception("Slurm poller cycle failed for connection %s (cluster %s)", self.conn_id, self.cluster)
             delay = self._next_delay()
             self._wake.clear()
             try:
@@ -463,22 +474,27 @@ def _mark_superseded(checked: Sequence[Registration], claims: Mapping[str, Claim
             reg.superseded_by = current
 
 
-def _default_hook_factory(conn_id: str) -> Any:
+def _default_hook_factory(conn_id: str, cluster: str | None = None) -> Any:
     from npa_airflow.slurm.hook import SlurmHook
 
-    return SlurmHook(slurm_conn_id=conn_id)
+    return SlurmHook(slurm_conn_id=conn_id, cluster=cluster)
 
 
-_POLLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, SlurmPoller]] = weakref.WeakKeyDictionary()
+_PollerKey = tuple[str, "str | None"]  # (connection id, cluster)
+_POLLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_PollerKey, SlurmPoller]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def get_poller(conn_id: str, hook_factory: Callable[[str], Any] | None = None) -> SlurmPoller:
-    """The poller of `conn_id` on the running event loop (created on first use)."""
+def get_poller(
+    conn_id: str, hook_factory: Callable[[str], Any] | None = None, *, cluster: str | None = None
+) -> SlurmPoller:
+    """The poller of `conn_id` and `cluster` (a handle's) on the running event loop (created on first use)."""
     loop = asyncio.get_running_loop()
     per_loop = _POLLERS.setdefault(loop, {})
-    poller = per_loop.get(conn_id)
+    poller = per_loop.get((conn_id, cluster))
     if poller is None:
-        poller = per_loop[conn_id] = SlurmPoller(conn_id, hook_factory)
+        poller = per_loop[conn_id, cluster] = SlurmPoller(conn_id, hook_factory, cluster=cluster)
     return poller
 
 

@@ -80,10 +80,11 @@ class SlurmJobSensor(BaseSensorOperator):
         self.success_marker = success_marker
         self.stream_logs = stream_logs
 
-    def _hook(self) -> Any:
+    def _hook(self, cluster: str | None = None) -> Any:
+        """A hook for the job's cluster (a handle's "cluster"; None: the connection's)."""
         from npa_airflow.slurm.hook import SlurmHook
 
-        return SlurmHook(self.slurm_conn_id)
+        return SlurmHook(self.slurm_conn_id, cluster=cluster)
 
     def _handle(self) -> dict[str, Any]:
         ref = parse_job_reference(self.job)
@@ -132,7 +133,8 @@ class SlurmJobSensor(BaseSensorOperator):
     def poke(self, context: Context) -> bool:
         ref = parse_job_reference(self.job)
         job_id = ref["job_id"] if isinstance(ref, dict) else ref
-        info = self._hook().job_states([job_id]).get(job_id)
+        hook = self._hook(ref.get("cluster") if isinstance(ref, dict) else None)
+        info = hook.job_states([job_id]).get(job_id)
         if info is None or not info.state.is_terminal:
             self.log.info("Slurm job %s: %s", job_id, info.native_state if info else "not visible yet")
             return False
@@ -141,7 +143,7 @@ class SlurmJobSensor(BaseSensorOperator):
             marker = self.success_marker
             if not marker.startswith("/"):
                 marker = f"{ref['results_dir'].rstrip('/')}/{marker}"
-            if not self._hook().path_exists(marker):
+            if not hook.path_exists(marker):
                 from airflow.sdk.exceptions import AirflowFailException
 
                 raise AirflowFailException(f"Slurm job {job_id} COMPLETED but its success marker {marker} is missing")

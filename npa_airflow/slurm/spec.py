@@ -22,6 +22,7 @@ from typing import Any
 
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.handle import CLUSTER_RE
 
 DEFAULT_NODES = 1
 DEFAULT_GPUS_PER_NODE = 4
@@ -72,12 +73,36 @@ OWNED_SBATCH_OPTIONS = frozenset(
     }
 )  # fmt: skip
 EXTRA_SBATCH_RE = re.compile(r"--([a-z][a-z0-9-]*)(?:=([A-Za-z0-9_.,:=@%+/-]+))?")
+# --clusters/-M (and sbatch's alias --cluster) choose the cluster. Every later squeue, sacct and scancel of the
+# job must name the same one, so it comes from the connection (extra "cluster_name"), never from extra_sbatch.
+CLUSTER_OPTION_RE = re.compile(r"--clusters?(?:[=\s](?P<long>.*))?|-M(?P<short>.*)", re.S)
 MOUNT_FLAG_RE = re.compile(r"[a-z]+(?:\+[a-z]+)*")
 STORAGE_SCHEMES = ("lustre://", "slurm://")
 
 
 def _fail(field_name: str, value: object, fix: str) -> NpaValidationError:
     return NpaValidationError(f"SbatchSpec.{field_name}={value!r}: {fix}")
+
+
+def refuse_cluster_options(extra_sbatch: Iterable[object]) -> None:
+    """Refuse --clusters/--cluster/-M in `extra_sbatch`, saying how to choose the cluster instead."""
+    options = [o for o in extra_sbatch if isinstance(o, str)]
+    for index, option in enumerate(options):
+        m = CLUSTER_OPTION_RE.fullmatch(option.strip())
+        if not m:
+            continue
+        named = (m.group("long") or m.group("short") or "").lstrip("= ").strip()
+        if not named and index + 1 < len(options):
+            named = options[index + 1].strip()  # ["-M", "b"]
+        cluster = named if CLUSTER_RE.fullmatch(named) else "<cluster>"
+        raise _fail(
+            "extra_sbatch",
+            option,
+            "choose the cluster with the Slurm connection instead: a connection with the same login host and user "
+            f'and the extra "cluster_name": "{cluster}", passed as slurm_conn_id. Then every sbatch, squeue, sacct '
+            f"and scancel of the job names that cluster (-M {cluster}); from extra_sbatch only sbatch would. Remove "
+            "this option (and its value) from extra_sbatch",
+        )
 
 
 def _check_text(field_name: str, value: object, *, allow_newlines: bool = True) -> str:
@@ -388,6 +413,7 @@ class SbatchSpec:
 
     def _check_extra_sbatch(self, put: Any) -> None:
         options = _str_tuple("extra_sbatch", self.extra_sbatch)
+        refuse_cluster_options(options)
         for option in options:
             _check_text("extra_sbatch", option, allow_newlines=False)
             m = EXTRA_SBATCH_RE.fullmatch(option)

@@ -1,6 +1,6 @@
 """SlurmJobTrigger: wait for a Slurm job in the triggerer, streaming its stdout/stderr into the task log.
 
-The trigger does no polling of its own: it registers with the process-wide poller of its cluster
+The trigger does no polling of its own: it registers with the process-wide poller of its job's cluster
 (`npa_airflow.slurm.poller`), which queries all waiting jobs of that cluster in one command per cycle.
 """
 
@@ -30,7 +30,14 @@ from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
 from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
-from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, get_poller, offsets_file_for
+from npa_airflow.slurm.poller import (
+    PollUpdate,
+    Registration,
+    SlurmPoller,
+    claim_file_for,
+    get_poller,
+    offsets_file_for,
+)
 
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
@@ -143,6 +150,15 @@ class SlurmJobTrigger(BaseTrigger):
     def job_id(self) -> str:
         return str(self.handle["job_id"])
 
+    @property
+    def cluster(self) -> str | None:
+        """The cluster sbatch put the job on (None: the connection's)."""
+        return self.handle.get("cluster")
+
+    def _poller(self) -> SlurmPoller:
+        """The poller of the job's cluster: every state query and scancel of this trigger names that cluster."""
+        return get_poller(self.conn_id, cluster=self.cluster)
+
     def log_paths(self) -> list[tuple[str, str]]:
         """(label, path) for each distinct log file of the job."""
         out: list[tuple[str, str]] = []
@@ -178,7 +194,7 @@ class SlurmJobTrigger(BaseTrigger):
     # -- run ---------------------------------------------------------------------------------------------
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        poller = get_poller(self.conn_id)
+        poller = self._poller()
         paths = self.log_paths() if self.stream_logs else []
         stdout = self.handle.get("stdout_path")
         self._prepare_claim()
@@ -269,7 +285,7 @@ class SlurmJobTrigger(BaseTrigger):
         """Keep the log position for the next triggerer (never cancels the job)."""
         reg = self._registration
         if reg is not None and not self._fired and not reg.superseded:
-            await get_poller(self.conn_id).flush_offsets(reg)
+            await self._poller().flush_offsets(reg)
 
     def _deadline_passed(self) -> bool:
         return self.deadline is not None and time.time() >= self.deadline
@@ -346,7 +362,7 @@ class SlurmJobTrigger(BaseTrigger):
 
     async def _marker_exists(self, marker: str) -> bool | None:
         """True/False, or None when the deadline passed before the cluster could answer."""
-        hook = get_poller(self.conn_id).hook
+        hook = self._poller().hook
 
         def retry_before_deadline(exc: BaseException) -> bool:
             self.log.warning("Could not check success marker %s (%s); retrying", marker, exc)
@@ -374,7 +390,7 @@ class SlurmJobTrigger(BaseTrigger):
         Best effort and bounded: the operator cancels again when it resumes, and scancel is idempotent.
         """
         try:
-            await asyncio.wait_for(get_poller(self.conn_id).hook.acancel(self.job_id), DEADLINE_CANCEL_TIMEOUT)
+            await asyncio.wait_for(self._poller().hook.acancel(self.job_id), DEADLINE_CANCEL_TIMEOUT)
             self.log.info("Cancelled Slurm job %s: %s", self.job_id, why)
         except Exception as exc:
             self.log.warning("Could not cancel Slurm job %s (%s): %s; the task will", self.job_id, why, exc)
@@ -408,7 +424,7 @@ class SlurmJobTrigger(BaseTrigger):
         current = None
         if self._claim_file:
             try:
-                current = await get_poller(self.conn_id).read_claim(self._claim_file)
+                current = await self._poller().read_claim(self._claim_file)
             except Exception as exc:
                 module_log.warning("Could not read the claim on Slurm job %s (%s)", self.job_id, exc)
         return current, await read_task_view(getattr(self, "task_instance", None), try_key=SLURM_TRY_XCOM_KEY)
@@ -424,7 +440,7 @@ class SlurmJobTrigger(BaseTrigger):
             self.log.info(message, self.job_id, verdict.value, why)
             module_log.warning(message, self.job_id, verdict.value, why)
             return
-        hook = get_poller(self.conn_id).hook
+        hook = self._poller().hook
         try:
             info = (await hook.ajob_states([self.job_id])).get(self.job_id)
         except Exception as exc:  # cancel anyway: scancel of a job that already ended is harmless

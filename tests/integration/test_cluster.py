@@ -152,6 +152,28 @@ def test_status_lists_every_daemon_up(slurm_cluster):
     assert result.returncode == 0, result.stdout
     names = [line.split()[0] for line in result.stdout.splitlines() if line.split()[1] == "up"]
     assert names == [
-        "munged", "mariadbd", "slurmdbd", "slurmctld",
-        "slurmd-c1", "slurmd-c2", "slurmd-g1", "slurmd-g2", "sshd-2222", "sshd-2223",
+        "munged", "mariadbd", "slurmdbd", "slurmctld", "slurmctld-b",
+        "slurmd-c1", "slurmd-c2", "slurmd-g1", "slurmd-g2", "slurmd-b1", "slurmd-b2", "sshd-2222", "sshd-2223",
     ]  # fmt: skip
+
+
+def test_the_second_cluster_runs_jobs_submitted_from_the_login_hosts(slurm_cluster, cluster_ssh, logdir):
+    """`sbatch -M b` from either login host: the job runs on b's nodes and is accounted under b only."""
+    b = slurm_cluster.cluster2
+    name = f"npa-itest-b-{uuid.uuid4().hex[:6]}"
+    for port in (slurm_cluster.port, slurm_cluster.port2):
+        out = cluster_ssh(
+            f"sbatch --parsable --time=1 -M {b} -J {name} -o {logdir}/%j.out --wrap hostname", port=port, check=True
+        ).stdout.strip()
+        job_id, cluster = out.split(";")
+        assert cluster == b
+        deadline = time.monotonic() + 60
+        state, nodes = "", ""
+        while state not in TERMINAL:
+            assert time.monotonic() < deadline, (state, nodes)
+            time.sleep(0.5)
+            row = cluster_ssh(f"sacct -M {b} -n -X -P -j {job_id} -o State,NodeList").stdout.strip()
+            state, _, nodes = row.partition("|")
+        assert (state, nodes in ("b1", "b2")) == ("COMPLETED", True), (state, nodes)
+    default = cluster_ssh(f"sacct -n -X -P -S now-1hours --name={name} -o JobID", check=True).stdout
+    assert default.strip() == ""  # the default cluster's accounting has none of them

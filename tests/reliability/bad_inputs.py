@@ -277,4 +277,9 @@ CASES: list[Case] = [
     Case("yaml-registry-in-envs", f"{Y}(yaml_path=)", "envs: {SKYPILOT_DOCKER_PASSWORD: ...}",
          _yaml("name: t\n" + GOOD_YAML_RUN + "envs:\n  SKYPILOT_DOCKER_PASSWORD: pw\n"),
          ("SKYPILOT_DOCKER_PASSWORD", "registry_conn_id")),
+    # -- the cluster of a Slurm job comes from the connection (appended: earlier rows keep their numbers) -------
+    Case("extra-sbatch-clusters", f"{S}(extra_sbatch=)", "['--clusters=b']",
+         lambda: slurm_task(extra_sbatch=["--clusters=b"]), ("--clusters=b", '"cluster_name": "b"', "slurm_conn_id")),
+    Case("extra-sbatch-M", f"{S}(extra_sbatch=)", "['-M', 'b']",
+         lambda: slurm_task(extra_sbatch=["-M", "b"]), ("'-M'", '"cluster_name": "b"', "slurm_conn_id")),
 ]  # fmt: skip

@@ -209,6 +209,11 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
 
         return SlurmHook(self.slurm_conn_id)
 
+    def job_hook(self, handle: SlurmJobHandle) -> SlurmHook:
+        """The hook for commands about `handle`'s job: scancel, sacct and scontrol name the cluster it is on."""
+        hook = self.get_hook()
+        return hook.on_cluster(handle.cluster) if handle.cluster else hook
+
     # -- cluster calls that ride out a short outage ---------------------------------------------------------
 
     def _through_outage(self, what: str, call: Callable[[], T]) -> T:
@@ -373,7 +378,7 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
             forget_bad_nodes(context, self.log)
             self.log.info("%s completed", job)
             return handle.to_dict()
-        hook = self.get_hook()
+        hook = self.job_hook(handle)
         if status == "deadline":
             self._cancel_job(hook, handle, "its deadline passed")
             self._done = True
@@ -464,4 +469,4 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         if self._handle is None or self._done or not self.cancel_on_kill:
             return
         # The worker is being stopped: one attempt, no waiting out an outage.
-        self._cancel_job(self.get_hook(), self._handle, "the task was killed", through_outage=False)
+        self._cancel_job(self.job_hook(self._handle), self._handle, "the task was killed", through_outage=False)

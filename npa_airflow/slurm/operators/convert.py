@@ -201,7 +201,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
         from npa_airflow.slurm.handle import SlurmJobHandle
 
         handle = SlurmJobHandle.from_dict(event["handle"])
-        hook = self.get_hook()
+        hook = self.job_hook(handle)
         partition = self.partition or hook.config.cpu_partition or "?"
         reason = str(event.get("reason") or "QOSGrpMemLimit")
         self._cancel_job(hook, handle, f"pending on {reason}")

@@ -223,7 +223,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         if outcome == "error":
             return self.complete_job(context, event, own_job_name=self.job_name_for_knob_set(context, knob_index))
         if event["status"] == "deadline":
-            self._cancel_job(self.get_hook(), handle, "the probe's deadline passed")
+            self._cancel_job(self.job_hook(handle), handle, "the probe's deadline passed")
         self.log.warning(
             "Probe with knob set %d (%s) hung or timed out (job %s, %s)",
             knob_index + 1,

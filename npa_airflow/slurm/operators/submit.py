@@ -120,8 +120,10 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         self._check_resources()
 
     def _check_resources(self) -> None:
-        """Fail at DAG parse time for resource values (they are not templated)."""
-        from npa_airflow.slurm.spec import SbatchSpec
+        """Fail at DAG parse time for resource values (they are not templated) and for a cluster option."""
+        from npa_airflow.slurm.spec import SbatchSpec, refuse_cluster_options
+
+        refuse_cluster_options(self.extra_sbatch)  # the cluster comes from the connection (see the message)
 
         SbatchSpec(
             job_name="npa-parse-check-t1",

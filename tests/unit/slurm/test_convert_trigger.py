@@ -33,7 +33,7 @@ async def _first_event(trigger: SqshConvertTrigger, updates: list[PollUpdate], m
     for update in updates:
         reg.queue.put_nowait(update)
     poller = SimpleNamespace(register=lambda *a, **k: reg, unregister=lambda r: None)
-    monkeypatch.setattr("npa_airflow.slurm.triggers.get_poller", lambda conn_id: poller)
+    monkeypatch.setattr("npa_airflow.slurm.triggers.get_poller", lambda conn_id, **_: poller)
     gen = trigger.run()
     try:
         event = await anext(gen)
@@ -81,7 +81,7 @@ async def test_a_qos_memory_hold_has_its_own_status_and_is_cancelled_by_the_trig
     poller = SimpleNamespace(
         register=lambda *a, **k: reg, unregister=lambda r: None, hook=SimpleNamespace(acancel=acancel)
     )
-    monkeypatch.setattr("npa_airflow.slurm.triggers.get_poller", lambda conn_id: poller)
+    monkeypatch.setattr("npa_airflow.slurm.triggers.get_poller", lambda conn_id, **_: poller)
     gen = _trigger().run()
     try:
         payload = (await anext(gen)).payload
