@@ -10,7 +10,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -26,11 +26,13 @@ from npa_airflow.common.ownership import (
     warm_task_reads,
 )
 from npa_airflow.common.retry import Backoff, Budget, aretry
+from npa_airflow.common.secret_masking import amask_values, redact_text
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
 from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, get_poller, offsets_file_for
+from npa_airflow.slurm.secret_env import resolve_secret_env, validate_secret_env
 
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
@@ -103,6 +105,9 @@ class SlurmJobTrigger(BaseTrigger):
         still deserialise. The offsets live next to the job's stdout (`npa_airflow.slurm.offsets`).
     :param stream_logs: write the job's stdout/stderr to the task log as it appears.
     :param cancel_on_kill: scancel the job when a user kills the deferred task.
+    :param secret_env: the job's `secret_env` references ({ENV_NAME: "var:NAME" | "conn:ID[:field]"}, never
+        values): resolved here and registered with this process's secrets masker before any line of the job's
+        output is written, so a job that prints a secret shows ``***`` in the task log and the event's log tail.
     """
 
     def __init__(
@@ -115,6 +120,7 @@ class SlurmJobTrigger(BaseTrigger):
         log_offsets: dict[str, int] | None = None,
         stream_logs: bool = True,
         cancel_on_kill: bool = True,
+        secret_env: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         SlurmJobHandle.from_dict(handle)  # a handle from XCom or a trigger row is validated like a new one
@@ -126,6 +132,8 @@ class SlurmJobTrigger(BaseTrigger):
         self.log_offsets: dict[str, int] = {}  # what the task log holds so far; reported in the event
         self.stream_logs = stream_logs
         self.cancel_on_kill = cancel_on_kill
+        self.secret_env = validate_secret_env(secret_env)
+        self._secret_values: tuple[str, ...] | None = None  # resolved already (the worker-side wait)
         self._fired = False
         self._registration: Registration | None = None
         self._claim: Claim | None = None
@@ -135,7 +143,7 @@ class SlurmJobTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         names = ("handle", "conn_id", "poll_interval", "deadline", "require_marker", "stream_logs", "cancel_on_kill")
-        return as_trigger_row(self, names)
+        return as_trigger_row(self, (*names, "secret_env"))
 
     # -- paths -------------------------------------------------------------------------------------------
 
@@ -177,9 +185,37 @@ class SlurmJobTrigger(BaseTrigger):
 
     # -- run ---------------------------------------------------------------------------------------------
 
+    def use_resolved_secrets(self, values: Iterable[str]) -> None:
+        """The worker-side wait: the operator has resolved the `secret_env` values already (never in kwargs)."""
+        self._secret_values = tuple(values)
+
+    async def _mask_secrets(self) -> bool:
+        """Register the `secret_env` values with this process's secrets masker before any output is written.
+
+        False when they cannot be read: the job's output is then not copied here at all (nothing unmasked).
+        """
+        if not self.secret_env:
+            return True
+        values = self._secret_values
+        if values is None:
+            try:  # Variable.get / get_connection block: in the triggerer they ask its supervisor
+                values = tuple((await asyncio.to_thread(resolve_secret_env, self.secret_env)).values())
+            except Exception as exc:
+                self.log.warning(
+                    "Slurm job %s: its output is not copied into this log: the secret_env values (%s) could not "
+                    "be read to mask them: %s",
+                    self.job_id,
+                    ", ".join(f"{name}={ref}" for name, ref in self.secret_env.items()),
+                    exc,
+                )
+                return False
+        await amask_values(values)
+        return True
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         poller = get_poller(self.conn_id)
-        paths = self.log_paths() if self.stream_logs else []
+        masked = await self._mask_secrets()
+        paths = self.log_paths() if self.stream_logs and masked else []
         stdout = self.handle.get("stdout_path")
         self._prepare_claim()
         warm_task_reads(getattr(self, "task_instance", None))
@@ -286,6 +322,7 @@ class SlurmJobTrigger(BaseTrigger):
             return None
 
     def _log_line(self, label: str, line: str) -> None:
+        line = redact_text(line)  # the task log and the event's tail (stored with the task) never hold a secret
         self._tail.append(line if label == "stdout" else f"[stderr] {line}")
         if label == "stdout":
             self.log.info("%s", line)
