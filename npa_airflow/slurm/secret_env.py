@@ -9,9 +9,11 @@ The references travel in the trigger's kwargs; the values never do.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+from npa_airflow.common.secret_masking import amask_values, mask_values
 from npa_airflow.exceptions import NpaValidationError
 
 
@@ -57,3 +59,16 @@ def validate_secret_env(secret_env: Mapping[str, str] | None) -> dict[str, str]:
             )
         out[name] = source
     return out
+
+
+def mask_secret_env(secret_env: Mapping[str, str], resolved: Iterable[str] | None = None) -> None:
+    """Register the values (resolved now unless given) with this process's secrets masker; raises when they
+    cannot be read."""
+    mask_values(resolved if resolved is not None else resolve_secret_env(secret_env).values())
+
+
+async def amask_secret_env(secret_env: Mapping[str, str], resolved: Iterable[str] | None = None) -> None:
+    """`mask_secret_env` from a coroutine (Variable.get and get_connection block: they run in a thread)."""
+    if resolved is None:
+        resolved = (await asyncio.to_thread(resolve_secret_env, secret_env)).values()
+    await amask_values(resolved)

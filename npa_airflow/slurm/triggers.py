@@ -26,13 +26,13 @@ from npa_airflow.common.ownership import (
     warm_task_reads,
 )
 from npa_airflow.common.retry import Backoff, Budget, aretry
-from npa_airflow.common.secret_masking import amask_values, redact_text
+from npa_airflow.common.secret_masking import redact_text
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
 from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, get_poller, offsets_file_for
-from npa_airflow.slurm.secret_env import resolve_secret_env, validate_secret_env
+from npa_airflow.slurm.secret_env import amask_secret_env, validate_secret_env
 
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
@@ -196,20 +196,18 @@ class SlurmJobTrigger(BaseTrigger):
         """
         if not self.secret_env:
             return True
-        values = self._secret_values
-        if values is None:
-            try:  # Variable.get / get_connection block: in the triggerer they ask its supervisor
-                values = tuple((await asyncio.to_thread(resolve_secret_env, self.secret_env)).values())
-            except Exception as exc:
-                self.log.warning(
-                    "Slurm job %s: its output is not copied into this log: the secret_env values (%s) could not "
-                    "be read to mask them: %s",
-                    self.job_id,
-                    ", ".join(f"{name}={ref}" for name, ref in self.secret_env.items()),
-                    exc,
-                )
-                return False
-        await amask_values(values)
+        try:
+            await amask_secret_env(self.secret_env, self._secret_values)
+        except Exception as exc:
+            refs = ", ".join(f"{name}={ref}" for name, ref in self.secret_env.items())
+            self.log.warning(
+                "Slurm job %s: its output is not copied into this log: the secret_env values (%s) could not be "
+                "read to mask them: %s",
+                self.job_id,
+                refs,
+                exc,
+            )
+            return False
         return True
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

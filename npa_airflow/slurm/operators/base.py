@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -30,6 +30,7 @@ from npa_airflow.common.links import SLURM_TRY_XCOM_KEY, SLURM_XCOM_KEY, SlurmJo
 from npa_airflow.common.retry import Backoff, Budget, retry
 from npa_airflow.exceptions import NpaConnectionError, NpaHostKeyError, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob
+from npa_airflow.slurm.operators.job_secrets import JobSecretsMixin
 from npa_airflow.slurm.operators.submission import AdoptOrSubmitMixin
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def _outage(exc: BaseException) -> bool:
     return isinstance(exc, (NpaRemoteError, NpaConnectionError)) and not isinstance(exc, NpaHostKeyError)
 
 
-class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
+class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
     """Run one Slurm job for this task instance and wait for it; see the module docstring.
 
     :param slurm_conn_id: the Slurm connection (login hosts, user, key, results root...).
@@ -102,7 +103,6 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         self.cancel_on_kill = cancel_on_kill
         self._handle: SlurmJobHandle | None = None
         self._done = False
-        self._secrets_masked = False
         # How the current step prepares the job of another name (an earlier try's, to reattach to it).
         self._prepare_named: Callable[[str], PreparedJob] | None = None
 
@@ -137,33 +137,6 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
     def job_environment(self, hook: SlurmHook) -> JobEnvironment:
         """Read what `prepare_job` needs from outside (default: the connection's settings)."""
         return JobEnvironment(config=hook.config)
-
-    def secret_references(self) -> dict[str, str]:
-        """The `secret_env` references of this task's jobs ({} here): every process that writes the job's output
-        resolves them and registers the values with its secrets masker first (`mask_job_secrets`)."""
-        return {}
-
-    def mask_job_secrets(self, values: Iterable[str] | None = None) -> bool:
-        """Register the job's secret values (resolved now unless given) with this process's secrets masker.
-
-        Once per process: the worker that submits, and the worker that completes after a deferral. False when
-        they could not be read (the caller then writes no output of the job it has not masked elsewhere).
-        """
-        from npa_airflow.common.secret_masking import mask_values
-        from npa_airflow.slurm.secret_env import resolve_secret_env
-
-        refs = self.secret_references()
-        if not refs or self._secrets_masked:
-            return True
-        if values is None:
-            try:
-                values = resolve_secret_env(refs).values()
-            except Exception as exc:
-                self.log.warning("Could not read the secret_env values to mask them in this log: %s", exc)
-                return False
-        mask_values(values)
-        self._secrets_masked = True
-        return True
 
     def check_prepared_job(self, job: PreparedJob) -> None:
         """Local checks of a prepared job that need I/O (e.g. `bash -n`); none by default."""
@@ -466,17 +439,6 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         raise AirflowFailException(
             f"{event['message']}: a program failure, not retried.\n--- last lines of the job's output ---\n{tail}"
         )
-
-    def _failure_tail(self, hook: SlurmHook, handle: SlurmJobHandle, event: dict[str, Any]) -> str:
-        """The end of the job's output for the failure message, every secret value masked.
-
-        Read from the cluster when this process could register the secrets, else the event's tail (which the
-        trigger masked as it wrote it).
-        """
-        from npa_airflow.common.secret_masking import redact_text
-
-        tail = self._log_tail(hook, handle) if self.mask_job_secrets() else ""
-        return redact_text(tail or event.get("log_tail") or "")
 
     def _log_tail(self, hook: SlurmHook, handle: SlurmJobHandle) -> str:
         from npa_airflow.slurm.operators.outcome import read_log_tail
