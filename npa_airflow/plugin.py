@@ -60,7 +60,7 @@ def cancel_slurm_job(handle: dict[str, Any]) -> None:
     from npa_airflow.slurm.hook import SlurmHook
 
     job = SlurmJobHandle.from_dict(handle)
-    SlurmHook(slurm_conn_id=job.conn_id).cancel(job.job_id)
+    SlurmHook(slurm_conn_id=job.conn_id).cancel(job.job_id, shred=(job.env_file,) if job.env_file else ())
     log.info("Cancelled Slurm job %s (%s): its task instance was ended by a user", job.job_id, job.job_name)
 
 

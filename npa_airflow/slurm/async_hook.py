@@ -305,17 +305,29 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
                 )
         return {i: found[i] for i in ids if i in found}
 
-    async def acancel(self, job_id: str) -> None:
-        """``scancel``; a job that already ended (or is unknown to Slurm) counts as cancelled."""
+    async def acancel(self, job_id: str, *, shred: Sequence[str] = ()) -> None:
+        """``scancel``; a job that already ended (or is unknown to Slurm) counts as cancelled.
+
+        ``shred``: the job's secret files (its sidecar), removed once the cancel succeeded or found the job ended.
+        """
         cfg = await self.aconfig()
-        result = await self.arun(commands.build_cancel(job_id, cfg.cluster_name), check=False)
+        result = await self.arun(commands.build_cancel_and_shred(job_id, shred, cfg.cluster_name), check=False)
         if result.returncode == 0:
             return
         if scancel_nothing_to_cancel(result.error_text):
+            await self.ashred(shred)
             return
         raise NpaRemoteError(
             f"scancel {job_id} failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"
         )
+
+    async def ashred(self, paths: Sequence[str]) -> None:
+        """Overwrite and remove files (a finished job's secrets sidecar); missing files are fine."""
+        if not paths:
+            return
+        result = await self.arun(commands.build_shred_files(paths), check=False)
+        if result.returncode is None:
+            raise NpaRemoteError(f"removing {', '.join(paths)} on {result.host} got no exit status")
 
     async def atail_logs(
         self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20

@@ -160,6 +160,11 @@ class SlurmJobTrigger(BaseTrigger):
                 out.append((label, path))
         return out
 
+    def secret_files(self) -> tuple[str, ...]:
+        """The job's secrets sidecar, removed once the job has ended for good (by the poller, or with a cancel)."""
+        env_file = self.handle.get("env_file")
+        return (env_file,) if env_file else ()
+
     def marker_path(self) -> str | None:
         if not self.require_marker:
             return None
@@ -225,6 +230,7 @@ class SlurmJobTrigger(BaseTrigger):
             submitted_at=self.handle.get("submitted_at"),
             claim=self._claim,
             claim_file=self._claim_file,
+            shred_on_end=self.secret_files(),
         )
         self._registration = reg
         labels = {p: label for label, p in paths}
@@ -409,7 +415,8 @@ class SlurmJobTrigger(BaseTrigger):
         Best effort and bounded: the operator cancels again when it resumes, and scancel is idempotent.
         """
         try:
-            await asyncio.wait_for(get_poller(self.conn_id).hook.acancel(self.job_id), DEADLINE_CANCEL_TIMEOUT)
+            hook = get_poller(self.conn_id).hook
+            await asyncio.wait_for(hook.acancel(self.job_id, shred=self.secret_files()), DEADLINE_CANCEL_TIMEOUT)
             self.log.info("Cancelled Slurm job %s: %s", self.job_id, why)
         except Exception as exc:
             self.log.warning("Could not cancel Slurm job %s (%s): %s; the task will", self.job_id, why, exc)
@@ -467,8 +474,12 @@ class SlurmJobTrigger(BaseTrigger):
             info = None
         if info is not None and info.state.is_terminal:
             self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
+            try:
+                await hook.ashred(self.secret_files())
+            except Exception as exc:  # best effort, like the cancel itself
+                module_log.warning("Could not remove the secret files of Slurm job %s (%s)", self.job_id, exc)
             return
         self.log.info("Cancelling Slurm job %s: %s", self.job_id, why)
-        await hook.acancel(self.job_id)
+        await hook.acancel(self.job_id, shred=self.secret_files())
         self.log.info("Cancelled Slurm job %s", self.job_id)
         module_log.info("Cancelled Slurm job %s (%s)", self.job_id, why)

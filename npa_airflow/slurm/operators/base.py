@@ -229,9 +229,10 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
         """
         return self._through_outage(what, lambda: call(*args, **kwargs))
 
-    def cancel_through_outage(self, hook: SlurmHook, job_id: str, what: str) -> None:
-        """scancel `job_id`, riding out a short outage (scancel of an ended job is not an error)."""
-        self._through_outage(what, lambda: hook.cancel(job_id))
+    def cancel_through_outage(self, hook: SlurmHook, job_id: str, what: str, *, shred: Sequence[str] = ()) -> None:
+        """scancel `job_id`, riding out a short outage (scancel of an ended job is not an error); then shred the
+        job's secret files `shred` (a cancelled job never runs again)."""
+        self._through_outage(what, lambda: hook.cancel(job_id, shred=shred))
 
     # -- execute -----------------------------------------------------------------------------------------
 
@@ -453,11 +454,12 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
 
     def _cancel_job(self, hook: SlurmHook, handle: SlurmJobHandle, why: str, *, through_outage: bool = True) -> None:
         """scancel the job, logging (not raising) a failure; `through_outage=False` makes one attempt."""
+        shred = (handle.env_file,) if handle.env_file else ()
         try:
             if through_outage:
-                self.cancel_through_outage(hook, handle.job_id, "cancelling")
+                self.cancel_through_outage(hook, handle.job_id, "cancelling", shred=shred)
             else:
-                hook.cancel(handle.job_id)
+                hook.cancel(handle.job_id, shred=shred)
             self.log.info("Cancelled Slurm job %s (%s)", handle.job_id, why)
         except Exception as exc:
             self.log.error("Could not cancel Slurm job %s (%s): %s", handle.job_id, why, exc)

@@ -238,6 +238,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             gpus_per_node=spec.gpus_per_node,
             mem_mb=mem_mb_of(spec.extra_sbatch),
             secret_values=tuple(secrets.values()),
+            env_file=spec.env_file,
         )
 
     def check_prepared_job(self, job: PreparedJob) -> None:

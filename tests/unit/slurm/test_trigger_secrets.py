@@ -1,4 +1,4 @@
-"""SlurmJobTrigger and a job's secrets: masked in what it logs and fires.
+"""SlurmJobTrigger and a job's secrets: masked in what it logs and fires, its sidecar gone with every cancel.
 
 The trigger resolves the `secret_env` references itself (Variables from AIRFLOW_VAR_* here) and registers the
 values with this process's real Airflow secrets masker. Job states come from `LocalClusterDouble`; log files are
@@ -8,6 +8,7 @@ real files read by the real tail command in local bash.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from pathlib import Path
 
@@ -15,9 +16,10 @@ import pytest
 
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm import poller as poller_mod
-from npa_airflow.slurm.poller import reset_pollers
+from npa_airflow.slurm.poller import get_poller, reset_pollers
 from tests.harness.cluster_double import LocalClusterDouble
-from tests.unit.slurm.test_triggers import first_event, handle_for, logged_lines, make_trigger
+from tests.supervisor_double import install_supervisor, run_for_task_instance
+from tests.unit.slurm.test_triggers import first_event, handle_for, logged_lines, make_trigger, start_watching
 
 
 @pytest.fixture(autouse=True)
@@ -32,6 +34,12 @@ def fast_poller(monkeypatch):
 @pytest.fixture
 def double() -> LocalClusterDouble:
     return LocalClusterDouble()
+
+
+@pytest.fixture
+def supervisor(monkeypatch):
+    """The metadata database as on_kill reads it: the task instance was marked failed."""
+    return install_supervisor(monkeypatch, "failed")
 
 
 @pytest.fixture
@@ -95,3 +103,39 @@ async def test_values_resolved_by_the_worker_are_used_as_they_are(tmp_path, doub
     trigger.use_resolved_secrets([secret])
     await first_event(trigger, double)
     assert "token ***" in logged_lines(caplog)
+
+
+# -- the sidecar goes with every cancel ---------------------------------------------------------------------
+
+
+def with_sidecar(tmp_path: Path) -> tuple[dict, Path]:
+    sidecar = tmp_path / "sidecars" / "job.env"
+    sidecar.parent.mkdir()
+    sidecar.write_text("export NPA_SECRET=x\n")
+    return handle_for(tmp_path, env_file=str(sidecar)), sidecar
+
+
+async def test_the_deadline_cancel_shreds_the_sidecar(tmp_path, double):
+    handle, sidecar = with_sidecar(tmp_path)
+    double.states["42"] = JobState.PENDING
+    event = await first_event(make_trigger(handle, double, deadline=time.time() + 0.3), double)
+    assert event.payload["status"] == "deadline" and double.states["42"] is JobState.CANCELED
+    assert not sidecar.exists()
+
+
+async def test_a_user_kill_shreds_the_sidecar(tmp_path, double, supervisor):
+    handle, sidecar = with_sidecar(tmp_path)
+    double.states["42"] = JobState.RUNNING
+    trigger = run_for_task_instance(make_trigger(handle, double))
+    task = await start_watching(trigger, double)
+    task.cancel()
+    await trigger.on_kill()
+    assert double.states["42"] is JobState.CANCELED and not sidecar.exists()
+
+
+async def test_a_user_kill_after_the_job_ended_shreds_the_sidecar_too(tmp_path, double, supervisor):
+    handle, sidecar = with_sidecar(tmp_path)
+    double.states["42"] = JobState.ERROR
+    get_poller("slurm_test", lambda _: double)
+    await run_for_task_instance(make_trigger(handle, double)).on_kill()
+    assert double.shredded == [str(sidecar)] and not sidecar.exists()
