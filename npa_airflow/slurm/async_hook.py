@@ -282,7 +282,8 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
             )
 
     async def ajob_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
-        """States of many jobs: ONE sacct, plus ONE squeue only for ids accounting does not know yet."""
+        """States of many jobs: ONE sacct, plus ONE squeue only for ids accounting does not know yet or says
+        ended in a state Slurm requeues from (NODE_FAIL: the same job may be PENDING again)."""
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return {}
@@ -291,18 +292,20 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         sacct = await self.arun(commands.build_sacct_states(ids, cfg.cluster_name), check=False)
         if sacct.returncode == 0:
             found.update(commands.parse_sacct(sacct.text))
-        missing = [i for i in ids if i not in found]
-        if missing:
-            squeue = await self.arun(commands.build_squeue_states(missing, cfg.cluster_name), check=False)
+        asked = [i for i in ids if i not in found or commands.may_run_again(found[i])]
+        if asked:
+            squeue = await self.arun(commands.build_squeue_states(asked, cfg.cluster_name), check=False)
+            live: dict[str, commands.SlurmJobInfo] | None = None
             if squeue.returncode == 0:
-                found.update(commands.parse_squeue(squeue.text))
+                live = commands.parse_squeue(squeue.text)
             elif squeue_job_id_unknown(squeue.error_text):
-                pass  # one id that slurmctld does not know: an answer ("not there"), not a failure
+                live = {}  # one id that slurmctld does not know: an answer ("not there"), not a failure
             elif sacct.returncode != 0:
                 raise NpaRemoteError(
                     f"neither sacct nor squeue answered on {squeue.host}: "
                     f"sacct: {sacct.error_text[-500:]}; squeue: {squeue.error_text[-500:]}"
                 )
+            found = commands.merge_live_states(found, live, asked)
         return {i: found[i] for i in ids if i in found}
 
     async def acancel(self, job_id: str, *, shred: Sequence[str] = ()) -> None:

@@ -19,6 +19,8 @@ from npa_airflow.slurm.commands.builders import (
     build_tail_logs,
 )
 from npa_airflow.slurm.commands.parsers import (
+    may_run_again,
+    merge_live_states,
     parse_exit_code,
     parse_gres_gpus,
     parse_partitions,
@@ -72,6 +74,8 @@ __all__ = [
     "build_shred_files",
     "build_squeue_states",
     "build_tail_logs",
+    "may_run_again",
+    "merge_live_states",
     "parse_exit_code",
     "parse_gres_gpus",
     "parse_partitions",
