@@ -60,7 +60,8 @@ def cancel_slurm_job(handle: dict[str, Any]) -> None:
     from npa_airflow.slurm.hook import SlurmHook
 
     job = SlurmJobHandle.from_dict(handle)
-    SlurmHook(slurm_conn_id=job.conn_id).cancel(job.job_id)
+    hook = SlurmHook(slurm_conn_id=job.conn_id).on_cluster(job.cluster)
+    hook.cancel(job.job_id, shred=(job.env_file,) if job.env_file else ())
     log.info("Cancelled Slurm job %s (%s): its task instance was ended by a user", job.job_id, job.job_name)
 
 

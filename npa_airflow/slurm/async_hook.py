@@ -303,7 +303,8 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
             )
 
     async def ajob_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
-        """States of many jobs: ONE sacct, plus ONE squeue only for ids accounting does not know yet."""
+        """States of many jobs: ONE sacct, plus ONE squeue only for ids accounting does not know yet or says
+        ended in a state Slurm requeues from (NODE_FAIL: the same job may be PENDING again)."""
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return {}
@@ -312,30 +313,45 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         sacct = await self.arun(commands.build_sacct_states(ids, cluster), check=False)
         if sacct.returncode == 0:
             found.update(commands.parse_sacct(sacct.text))
-        missing = [i for i in ids if i not in found]
-        if missing:
-            squeue = await self.arun(commands.build_squeue_states(missing, cluster), check=False)
+        asked = [i for i in ids if i not in found or commands.may_run_again(found[i])]
+        if asked:
+            squeue = await self.arun(commands.build_squeue_states(asked, cluster), check=False)
+            live: dict[str, commands.SlurmJobInfo] | None = None
             if squeue.returncode == 0:
-                found.update(commands.parse_squeue(squeue.text))
+                live = commands.parse_squeue(squeue.text)
             elif squeue_job_id_unknown(squeue.error_text):
-                pass  # one id that slurmctld does not know: an answer ("not there"), not a failure
+                live = {}  # one id that slurmctld does not know: an answer ("not there"), not a failure
             elif sacct.returncode != 0:
                 raise NpaRemoteError(
                     f"neither sacct nor squeue answered on {squeue.host}: "
                     f"sacct: {sacct.error_text[-500:]}; squeue: {squeue.error_text[-500:]}"
                 )
+            found = commands.merge_live_states(found, live, asked)
         return {i: found[i] for i in ids if i in found}
 
-    async def acancel(self, job_id: str) -> None:
-        """``scancel``; a job that already ended (or is unknown to Slurm) counts as cancelled."""
-        result = await self.arun(commands.build_cancel(job_id, await self.atarget_cluster()), check=False)
+    async def acancel(self, job_id: str, *, shred: Sequence[str] = ()) -> None:
+        """``scancel``; a job that already ended (or is unknown to Slurm) counts as cancelled.
+
+        ``shred``: the job's secret files (its sidecar), removed once the cancel succeeded or found the job ended.
+        """
+        cluster = await self.atarget_cluster()
+        result = await self.arun(commands.build_cancel_and_shred(job_id, shred, cluster), check=False)
         if result.returncode == 0:
             return
         if scancel_nothing_to_cancel(result.error_text):
+            await self.ashred(shred)
             return
         raise NpaRemoteError(
             f"scancel {job_id} failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"
         )
+
+    async def ashred(self, paths: Sequence[str]) -> None:
+        """Overwrite and remove files (a finished job's secrets sidecar); missing files are fine."""
+        if not paths:
+            return
+        result = await self.arun(commands.build_shred_files(paths), check=False)
+        if result.returncode is None:
+            raise NpaRemoteError(f"removing {', '.join(paths)} on {result.host} got no exit status")
 
     async def atail_logs(
         self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20

@@ -43,6 +43,8 @@ class SlurmJobHandle:
     try_number: int
     retry_of: str | None = None  # the job id of the earlier try this one replaces, if any
     submitted_at: float | None = None  # epoch seconds
+    # The job's mode-600 secrets sidecar: kept while Slurm may run the job again (requeue), removed once it ended.
+    env_file: str | None = None
 
     def __post_init__(self) -> None:
         fullmatch_or_raise(
@@ -62,6 +64,8 @@ class SlurmJobHandle:
         )
         for name in ("results_dir", "stdout_path", "stderr_path"):
             _check_path(name, getattr(self, name))
+        if self.env_file is not None:
+            _check_path("env_file", self.env_file)
         if not isinstance(self.try_number, int) or isinstance(self.try_number, bool) or self.try_number < 1:
             raise NpaValidationError(f"SlurmJobHandle.try_number={self.try_number!r} must be an integer >= 1")
         if self.submitted_at is not None and (
@@ -72,14 +76,20 @@ class SlurmJobHandle:
             raise NpaValidationError(f"SlurmJobHandle.submitted_at={self.submitted_at!r} must be epoch seconds")
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict (str, int, float, None only) that :meth:`from_dict` reads back."""
-        return asdict(self)
+        """A JSON-safe dict (str, int, float, None only) that :meth:`from_dict` reads back.
+
+        `env_file` is left out when there is none: the handle of a job without secrets keeps its earlier shape.
+        """
+        data = asdict(self)
+        if data["env_file"] is None:
+            del data["env_file"]
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> SlurmJobHandle:
         if not isinstance(data, dict):
             raise NpaValidationError(f"a Slurm job handle must be a dict, got {type(data).__name__}: {data!r}")
-        required = sorted(f.name for f in fields(cls) if f.name not in ("retry_of", "submitted_at"))
+        required = sorted(f.name for f in fields(cls) if f.name not in ("retry_of", "submitted_at", "env_file"))
         unknown, missing = field_mismatch(cls, data, required)
         if unknown:
             known = sorted(f.name for f in fields(cls))

@@ -44,8 +44,11 @@ class SlurmHook(AsyncSlurmHook):
     def job_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
         return self._sync(self.ajob_states(job_ids))
 
-    def cancel(self, job_id: str) -> None:
-        self._sync(self.acancel(job_id))
+    def cancel(self, job_id: str, *, shred: Sequence[str] = ()) -> None:
+        self._sync(self.acancel(job_id, shred=shred))
+
+    def shred(self, paths: Sequence[str]) -> None:
+        self._sync(self.ashred(paths))
 
     def tail_logs(self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20) -> list[commands.LogChunk]:
         return self._sync(self.atail_logs(requests, max_bytes))

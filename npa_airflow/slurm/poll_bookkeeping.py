@@ -1,4 +1,5 @@
-"""The poller's offset and claim bookkeeping: claim new registrations, load and persist their log offsets.
+"""The poller's bookkeeping: claim new registrations, load and persist their log offsets, and account for the
+secret files of ended jobs (shredded in the poller's tail command).
 
 A mixin of :class:`npa_airflow.slurm.poller.SlurmPoller` (it shares the poller's hook, registrations and stats);
 the shell it runs is built in :mod:`npa_airflow.slurm.offsets`.
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from npa_airflow.slurm.poller import PollerStats, Registration
 
 log = logging.getLogger("npa_airflow.slurm.poller")
+MAX_SHRED_ATTEMPTS = 3  # cycles whose command failed while a finished job's secret files waited to be removed
 
 
 def describe_error(exc: BaseException) -> str:
@@ -128,3 +130,23 @@ class OffsetBookkeeping:
             self.hook.arun(build_read_claims([claim_file]), timeout=timeout, check=False), timeout
         )
         return parse_read_claims(result.stdout.split(b"\n", 1)[0], [claim_file])[claim_file]
+
+    def _shredded(self, regs: Sequence[Registration]) -> None:
+        for reg in regs:
+            if not reg.shredded:
+                reg.shredded = True
+                self.stats.files_shredded += len(reg.shred_on_end)
+
+    @staticmethod
+    def _shred_failed(regs: Sequence[Registration], exc: BaseException) -> None:
+        for reg in regs:
+            if reg.shredded:
+                continue
+            reg.shred_attempts += 1
+            if reg.shred_attempts >= MAX_SHRED_ATTEMPTS:
+                log.warning(
+                    "Slurm job %s ended but its secret files %s could not be removed (%s); remove them by hand",
+                    reg.job_id,
+                    ", ".join(reg.shred_on_end),
+                    describe_error(exc),
+                )

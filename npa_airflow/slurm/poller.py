@@ -45,7 +45,7 @@ from npa_airflow.slurm.offsets import (
     parse_read_claims,
     parse_read_offsets,
 )
-from npa_airflow.slurm.poll_bookkeeping import OffsetBookkeeping, describe_error
+from npa_airflow.slurm.poll_bookkeeping import MAX_SHRED_ATTEMPTS, OffsetBookkeeping, describe_error
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.commands import LogChunk, SlurmJobInfo
@@ -137,10 +137,18 @@ class Registration:
     claim_file: str | None = None
     claimed: bool = False  # the claim has been written to claim_file
     superseded_by: Claim | None = None  # another trigger's claim found in claim_file: publish nothing more
+    shred_on_end: tuple[str, ...] = ()  # the job's secret files: removed once it has ended for good
+    shredded: bool = False
+    shred_attempts: int = 0
 
     @property
     def superseded(self) -> bool:
         return self.superseded_by is not None
+
+    @property
+    def shred_pending(self) -> bool:
+        """The job has ended and its secret files are still to be removed (a requeued job is PENDING, not ended)."""
+        return bool(self.shred_on_end) and not self.shredded and self.state.is_terminal
 
     def commit_guard(self) -> dict[str, tuple[str, Claim]]:
         """The guard that keeps this registration's offsets write to while its claim stands (see the builder)."""
@@ -181,6 +189,7 @@ class PollerStats:
     offset_loads: int = 0
     offset_commits: int = 0
     failures: int = 0
+    files_shredded: int = 0
     max_jobs_per_query: int = 0
     last_query_job_ids: tuple[str, ...] = ()
 
@@ -232,9 +241,11 @@ class SlurmPoller(OffsetBookkeeping):
         submitted_at: float | None = None,
         claim: Claim | None = None,
         claim_file: str | None = None,
+        shred_on_end: Sequence[str] = (),
     ) -> Registration:
         """Watch `job_id`; tail each (path, offset). With `offsets_file`, resume from its persisted offsets;
-        with `claim` and `claim_file`, claim the job for this trigger (see the module docstring)."""
+        with `claim` and `claim_file`, claim the job for this trigger (see the module docstring); `shred_on_end`
+        files are shredded in the first command after the job is seen ended."""
         cursors: list[LogCursor] = []
         for path, offset in log_offsets:
             if path and all(c.path != path for c in cursors):
@@ -248,6 +259,7 @@ class SlurmPoller(OffsetBookkeeping):
             offsets_loaded=offsets_file is None or not cursors,
             claim=claim if claim_file else None,
             claim_file=claim_file if claim else None,
+            shred_on_end=tuple(shred_on_end),
         )
         self._registrations.append(reg)
         if self.autostart:
@@ -325,7 +337,7 @@ class SlurmPoller(OffsetBookkeeping):
             return
         self._record_states(regs, infos)
         tailing = [r for r in regs if r.cursors and r.offsets_loaded and r.ever_started]
-        chunks, log_error = await self._tail(tailing)
+        chunks, log_error = await self._tail(tailing, [r for r in regs if r.shred_pending])
         for reg in regs:
             mine = tuple(chunks.get(id(reg), ()))
             tailed_error = log_error if reg in tailing else None
@@ -384,6 +396,8 @@ class SlurmPoller(OffsetBookkeeping):
             progressed = any(ch.data for ch in chunks)
             reg.stalled_drain_cycles = 0 if progressed else reg.stalled_drain_cycles + 1
             drained = not unread or reg.stalled_drain_cycles >= MAX_STALLED_DRAIN_CYCLES
+        if reg.shred_pending and reg.shred_attempts < MAX_SHRED_ATTEMPTS:
+            drained = False  # the trigger ends only after the secrets sidecar is gone (or removing it gave up)
         error = None
         if info is None:
             error = f"job {reg.job_id} not found by sacct or squeue yet; state unknown"
@@ -397,24 +411,29 @@ class SlurmPoller(OffsetBookkeeping):
                 reg.delivered_cycle = update.cycle
             reg.queue.put_nowait(update)
 
-    async def _tail(self, regs: Sequence[Registration]) -> tuple[dict[int, list[LogChunk]], str | None]:
-        """ONE command: persist dirty offsets, read the claims back, tail every log from its read cursor."""
-        if not regs:
+    async def _tail(
+        self, regs: Sequence[Registration], shredding: Sequence[Registration] = ()
+    ) -> tuple[dict[int, list[LogChunk]], str | None]:
+        """ONE command: shred the secret files of jobs that ended, persist dirty offsets, read the claims back,
+        tail every log from its read cursor."""
+        if not regs and not shredding:
             return {}, None
         from npa_airflow.slurm.commands import parse_tail_logs
 
-        plan = _TailPlan.of(regs)
+        plan = _TailPlan.of(regs, shredding)
         self.stats.log_queries += 1
         try:
             result = await self.hook.arun(plan.script(), timeout=120, check=False)
             if result.returncode is None:
                 raise ConnectionError("log tail got no exit status")
+            self._shredded(shredding)
             stdout = result.stdout
             if plan.claim_files:
                 claims_blob, _, stdout = stdout.partition(b"\n")
                 _mark_superseded(plan.checked, parse_read_claims(claims_blob, plan.claim_files))
-            parsed = parse_tail_logs(stdout, plan.requests)
+            parsed = parse_tail_logs(stdout, plan.requests) if plan.requests else []
         except Exception as exc:
+            self._shred_failed(shredding, exc)
             return {}, f"log tail failed ({describe_error(exc)}); will retry"
         for reg, written in plan.committing:
             for cursor in reg.cursors:
@@ -436,10 +455,11 @@ class _TailPlan:
     commits: list[tuple[str, str]] = field(default_factory=list)
     committing: list[tuple[Registration, dict[str, int]]] = field(default_factory=list)
     checked: list[Registration] = field(default_factory=list)
+    shred: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, regs: Sequence[Registration]) -> _TailPlan:
-        plan = cls()
+    def of(cls, regs: Sequence[Registration], shredding: Sequence[Registration] = ()) -> _TailPlan:
+        plan = cls(shred=list(dict.fromkeys(path for reg in shredding for path in reg.shred_on_end)))
         for reg in regs:
             for cursor in reg.cursors:
                 plan.requests.append((cursor.path, cursor.read))
@@ -455,15 +475,20 @@ class _TailPlan:
         return [r.claim_file or "" for r in self.checked]
 
     def script(self) -> str:
-        from npa_airflow.slurm.commands import build_tail_logs
+        """Silent parts first (shred, offsets), then the claims line, then the tail frames."""
+        from npa_airflow.slurm.commands import build_shred_files, build_tail_logs
 
-        script = build_tail_logs(self.requests, tail_budget(len(self.requests)))
-        if self.claim_files:
-            script = build_read_claims(self.claim_files) + "; " + script
+        parts = []
+        if self.shred:
+            parts.append(build_shred_files(self.shred))
         if self.commits:
             guards = {path: guard for reg, _ in self.committing for path, guard in reg.commit_guard().items()}
-            script = build_commit_offsets(self.commits, guards) + "; " + script
-        return script
+            parts.append(build_commit_offsets(self.commits, guards))
+        if self.claim_files:
+            parts.append(build_read_claims(self.claim_files))
+        if self.requests:
+            parts.append(build_tail_logs(self.requests, tail_budget(len(self.requests))))
+        return "; ".join(parts)
 
 
 def _mark_superseded(checked: Sequence[Registration], claims: Mapping[str, Claim | None]) -> None:

@@ -74,6 +74,7 @@ def render_sbatch(spec: SbatchSpec) -> str:
         gpus_per_node=spec.gpus_per_node,
         master_port=MASTER_PORT,
         env_file=spec.env_file,
+        requeue=spec.requeue,
         environment=sorted(spec.environment.items()),
         results_dir=spec.results_dir,
         timeout_seconds=spec.timeout_seconds,

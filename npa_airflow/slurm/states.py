@@ -41,6 +41,10 @@ NATIVE_STATE_TABLE: dict[str, JobState] = {
 
 # Infrastructure failures by state alone (the log tail can add more; see failures.py).
 INFRA_NATIVE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+# Ends after which Slurm requeues a --requeue job under the same id. sacct's record of the failed run says
+# NODE_FAIL for a few seconds before the new run's record appears (squeue says PENDING all along), so such an
+# answer is checked against squeue before it counts as the end.
+REQUEUE_CANDIDATE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
 
 def normalize_native_state(native: str | None) -> str:

@@ -10,7 +10,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -26,6 +26,7 @@ from npa_airflow.common.ownership import (
     warm_task_reads,
 )
 from npa_airflow.common.retry import Backoff, Budget, aretry
+from npa_airflow.common.secret_masking import redact_text
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
 from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
@@ -38,6 +39,7 @@ from npa_airflow.slurm.poller import (
     get_poller,
     offsets_file_for,
 )
+from npa_airflow.slurm.secret_env import amask_secret_env, validate_secret_env
 
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
@@ -110,6 +112,9 @@ class SlurmJobTrigger(BaseTrigger):
         still deserialise. The offsets live next to the job's stdout (`npa_airflow.slurm.offsets`).
     :param stream_logs: write the job's stdout/stderr to the task log as it appears.
     :param cancel_on_kill: scancel the job when a user kills the deferred task.
+    :param secret_env: the job's `secret_env` references ({ENV_NAME: "var:NAME" | "conn:ID[:field]"}, never
+        values): resolved here and registered with this process's secrets masker before any line of the job's
+        output is written, so a job that prints a secret shows ``***`` in the task log and the event's log tail.
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class SlurmJobTrigger(BaseTrigger):
         log_offsets: dict[str, int] | None = None,
         stream_logs: bool = True,
         cancel_on_kill: bool = True,
+        secret_env: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         SlurmJobHandle.from_dict(handle)  # a handle from XCom or a trigger row is validated like a new one
@@ -133,6 +139,8 @@ class SlurmJobTrigger(BaseTrigger):
         self.log_offsets: dict[str, int] = {}  # what the task log holds so far; reported in the event
         self.stream_logs = stream_logs
         self.cancel_on_kill = cancel_on_kill
+        self.secret_env = validate_secret_env(secret_env)
+        self._secret_values: tuple[str, ...] | None = None  # resolved already (the worker-side wait)
         self._fired = False
         self._registration: Registration | None = None
         self._claim: Claim | None = None
@@ -142,7 +150,7 @@ class SlurmJobTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         names = ("handle", "conn_id", "poll_interval", "deadline", "require_marker", "stream_logs", "cancel_on_kill")
-        return as_trigger_row(self, names)
+        return as_trigger_row(self, (*names, "secret_env"))
 
     # -- paths -------------------------------------------------------------------------------------------
 
@@ -167,6 +175,11 @@ class SlurmJobTrigger(BaseTrigger):
             if path and all(p != path for _, p in out):
                 out.append((label, path))
         return out
+
+    def secret_files(self) -> tuple[str, ...]:
+        """The job's secrets sidecar, removed once the job has ended for good (by the poller, or with a cancel)."""
+        env_file = self.handle.get("env_file")
+        return (env_file,) if env_file else ()
 
     def marker_path(self) -> str | None:
         if not self.require_marker:
@@ -193,9 +206,35 @@ class SlurmJobTrigger(BaseTrigger):
 
     # -- run ---------------------------------------------------------------------------------------------
 
+    def use_resolved_secrets(self, values: Iterable[str]) -> None:
+        """The worker-side wait: the operator has resolved the `secret_env` values already (never in kwargs)."""
+        self._secret_values = tuple(values)
+
+    async def _mask_secrets(self) -> bool:
+        """Register the `secret_env` values with this process's secrets masker before any output is written.
+
+        False when they cannot be read: the job's output is then not copied here at all (nothing unmasked).
+        """
+        if not self.secret_env:
+            return True
+        try:
+            await amask_secret_env(self.secret_env, self._secret_values)
+        except Exception as exc:
+            refs = ", ".join(f"{name}={ref}" for name, ref in self.secret_env.items())
+            self.log.warning(
+                "Slurm job %s: its output is not copied into this log: the secret_env values (%s) could not be "
+                "read to mask them: %s",
+                self.job_id,
+                refs,
+                exc,
+            )
+            return False
+        return True
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         poller = self._poller()
-        paths = self.log_paths() if self.stream_logs else []
+        masked = await self._mask_secrets()
+        paths = self.log_paths() if self.stream_logs and masked else []
         stdout = self.handle.get("stdout_path")
         self._prepare_claim()
         warm_task_reads(getattr(self, "task_instance", None))
@@ -207,6 +246,7 @@ class SlurmJobTrigger(BaseTrigger):
             submitted_at=self.handle.get("submitted_at"),
             claim=self._claim,
             claim_file=self._claim_file,
+            shred_on_end=self.secret_files(),
         )
         self._registration = reg
         labels = {p: label for label, p in paths}
@@ -302,6 +342,7 @@ class SlurmJobTrigger(BaseTrigger):
             return None
 
     def _log_line(self, label: str, line: str) -> None:
+        line = redact_text(line)  # the task log and the event's tail (stored with the task) never hold a secret
         self._tail.append(line if label == "stdout" else f"[stderr] {line}")
         if label == "stdout":
             self.log.info("%s", line)
@@ -390,7 +431,8 @@ class SlurmJobTrigger(BaseTrigger):
         Best effort and bounded: the operator cancels again when it resumes, and scancel is idempotent.
         """
         try:
-            await asyncio.wait_for(self._poller().hook.acancel(self.job_id), DEADLINE_CANCEL_TIMEOUT)
+            hook = self._poller().hook
+            await asyncio.wait_for(hook.acancel(self.job_id, shred=self.secret_files()), DEADLINE_CANCEL_TIMEOUT)
             self.log.info("Cancelled Slurm job %s: %s", self.job_id, why)
         except Exception as exc:
             self.log.warning("Could not cancel Slurm job %s (%s): %s; the task will", self.job_id, why, exc)
@@ -448,8 +490,12 @@ class SlurmJobTrigger(BaseTrigger):
             info = None
         if info is not None and info.state.is_terminal:
             self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
+            try:
+                await hook.ashred(self.secret_files())
+            except Exception as exc:  # best effort, like the cancel itself
+                module_log.warning("Could not remove the secret files of Slurm job %s (%s)", self.job_id, exc)
             return
         self.log.info("Cancelling Slurm job %s: %s", self.job_id, why)
-        await hook.acancel(self.job_id)
+        await hook.acancel(self.job_id, shred=self.secret_files())
         self.log.info("Cancelled Slurm job %s", self.job_id)
         module_log.info("Cancelled Slurm job %s (%s)", self.job_id, why)

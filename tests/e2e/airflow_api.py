@@ -144,6 +144,14 @@ class AirflowApi:
         )
         return r.json()["value"] if r.status_code == 200 else None
 
+    # -- variables ---------------------------------------------------------------------------------------
+    def set_variable(self, key: str, value: str) -> None:
+        """Create or replace a Variable, as the UI's Variables page does."""
+        body = {"key": key, "value": value}
+        r = self.request("POST", "/api/v2/variables", json=body, expect=(201, 409))
+        if r.status_code == 409:
+            self.request("PATCH", f"/api/v2/variables/{_q(key)}", json=body)
+
     # -- connections form --------------------------------------------------------------------------------
     def hook_meta(self) -> list[dict]:
         """What the UI's connection form is built from (GET /ui/connections/hook_meta)."""

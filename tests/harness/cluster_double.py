@@ -48,6 +48,7 @@ class LocalClusterDouble:
         self.commands: list[str] = []
         self.fail_states = 0  # next N ajob_states calls raise ConnectionError
         self.fail_commands = 0
+        self.shredded: list[str] = []  # files removed through acancel/ashred (the poller shreds through arun)
 
     async def ajob_states(self, job_ids):
         self.state_calls.append(list(job_ids))
@@ -69,5 +70,11 @@ class LocalClusterDouble:
     async def apath_exists(self, path):
         return Path(path).exists()
 
-    async def acancel(self, job_id):
+    async def acancel(self, job_id, *, shred=()):
         self.states[job_id] = JobState.CANCELED
+        await self.ashred(shred)
+
+    async def ashred(self, paths):
+        self.shredded.extend(paths)
+        for path in paths:
+            Path(path).unlink(missing_ok=True)

@@ -71,8 +71,10 @@ class HookDouble:
         self.calls.append(("find", tuple(names)))
         return [j for j in self.existing if j.job_name in names]
 
-    def cancel(self, job_id):
+    def cancel(self, job_id, *, shred=()):
         self.calls.append(("cancel", job_id))
+        if shred:
+            self.calls.append(("shred", tuple(shred)))
 
     def stage_and_submit(self, files, script_path, **kwargs):
         self.calls.append(("submit", script_path, tuple(f.path for f in files), kwargs))

@@ -95,6 +95,34 @@ def build_cancel(job_id: str, cluster: str | None = None) -> list[str]:
     return ["scancel", *cluster_args(cluster), validate_job_id(job_id)]
 
 
+def build_cancel_and_shred(job_id: str, shred: Sequence[str], cluster: str | None = None) -> str:
+    """scancel, then, only when scancel succeeded, shred the job's secret files; exits with scancel's status.
+
+    A cancelled job never runs again, so its secrets sidecar can go in the same round trip.
+    """
+    cancel = shlex.join(build_cancel(job_id, cluster))
+    if not shred:
+        return cancel
+    return f"{cancel} || exit $?; {build_shred_files(shred)}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Secret files of ended jobs
+
+
+def build_shred_files(paths: Sequence[str]) -> str:
+    """Shell that overwrites and removes each file (`shred -u`, else `rm -f`); silent, and it never fails.
+
+    For the secrets sidecar of a job that has ended for good: it rides along in a command that runs anyway
+    (the poller's tail, a cancel), so it must neither print nor change that command's status.
+    """
+    parts = []
+    for path in paths:
+        quoted = shlex.quote(validate_remote_path(path, "file to shred"))
+        parts.append(f"if [ -e {quoted} ]; then {{ shred -u -- {quoted} || rm -f -- {quoted}; }} >/dev/null 2>&1; fi")
+    return "; ".join([*parts, ":"])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Log tails
 

@@ -15,7 +15,7 @@ from npa_airflow.exceptions import NpaParseError
 from npa_airflow.slurm.commands import records
 from npa_airflow.slurm.commands.validation import CLUSTER_RE
 from npa_airflow.slurm.handle import JOB_ID_RE
-from npa_airflow.slurm.states import interpret_native_state, normalize_native_state
+from npa_airflow.slurm.states import REQUEUE_CANDIDATE_STATES, interpret_native_state, normalize_native_state
 
 _OUTPUT_QUOTE_MAX = 400
 
@@ -188,6 +188,34 @@ def parse_squeue(stdout: str) -> dict[str, records.SlurmJobInfo]:
         )
         rows.append((raw_id, info))
     return _index(rows)
+
+
+def may_run_again(info: records.SlurmJobInfo) -> bool:
+    """Accounting says the job ended in a state Slurm requeues from: only squeue can tell whether it did."""
+    return info.source == "sacct" and info.native_state in REQUEUE_CANDIDATE_STATES
+
+
+def merge_live_states(
+    accounted: dict[str, records.SlurmJobInfo],
+    live: dict[str, records.SlurmJobInfo] | None,
+    asked: Sequence[str],
+) -> dict[str, records.SlurmJobInfo]:
+    """sacct's answers completed by squeue's for the `asked` ids (those sacct lacks or that may run again).
+
+    A job squeue shows queued or running again (a requeue) takes squeue's answer. With no squeue answer
+    (`live` None: slurmctld did not answer), a job that may run again is left out (unknown) rather than ended.
+    """
+    merged = dict(accounted)
+    for job_id in asked:
+        now = (live or {}).get(job_id)
+        if job_id not in accounted:
+            if now is not None:
+                merged[job_id] = now
+        elif live is None:
+            del merged[job_id]
+        elif now is not None and now.state in (JobState.PENDING, JobState.RUNNING):
+            merged[job_id] = now
+    return merged
 
 
 def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[records.LogChunk]:

@@ -30,6 +30,7 @@ from npa_airflow.common.links import SLURM_TRY_XCOM_KEY, SLURM_XCOM_KEY, SlurmJo
 from npa_airflow.common.retry import Backoff, Budget, retry
 from npa_airflow.exceptions import NpaConnectionError, NpaHostKeyError, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob
+from npa_airflow.slurm.operators.job_secrets import JobSecretsMixin
 from npa_airflow.slurm.operators.submission import AdoptOrSubmitMixin
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def _outage(exc: BaseException) -> bool:
     return isinstance(exc, (NpaRemoteError, NpaConnectionError)) and not isinstance(exc, NpaHostKeyError)
 
 
-class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
+class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
     """Run one Slurm job for this task instance and wait for it; see the module docstring.
 
     :param slurm_conn_id: the Slurm connection (login hosts, user, key, results root...).
@@ -233,9 +234,10 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         """
         return self._through_outage(what, lambda: call(*args, **kwargs))
 
-    def cancel_through_outage(self, hook: SlurmHook, job_id: str, what: str) -> None:
-        """scancel `job_id`, riding out a short outage (scancel of an ended job is not an error)."""
-        self._through_outage(what, lambda: hook.cancel(job_id))
+    def cancel_through_outage(self, hook: SlurmHook, job_id: str, what: str, *, shred: Sequence[str] = ()) -> None:
+        """scancel `job_id`, riding out a short outage (scancel of an ended job is not an error); then shred the
+        job's secret files `shred` (a cancelled job never runs again)."""
+        self._through_outage(what, lambda: hook.cancel(job_id, shred=shred))
 
     # -- execute -----------------------------------------------------------------------------------------
 
@@ -276,6 +278,7 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
             self.defer(
                 trigger=trigger, method_name=next_method, kwargs=next_kwargs, timeout=self._defer_timeout(trigger)
             )
+        trigger.use_resolved_secrets(env.secrets.values())
         return getattr(self, next_method)(context, self._wait_here(trigger), **(next_kwargs or {}))
 
     def _show_submitted(self, job: PreparedJob) -> None:
@@ -306,6 +309,7 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
             "require_marker": self.success_marker,
             "stream_logs": self.stream_logs,
             "cancel_on_kill": self.cancel_on_kill,
+            "secret_env": self.secret_references(),
         }
 
     def _trigger(self, handle: SlurmJobHandle, deadline: float | None) -> Any:
@@ -400,7 +404,7 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
         self._done = True
         if status == "canceled":
             raise AirflowFailException(f"{job} was cancelled outside Airflow ({event.get('native_state')})")
-        tail = self._log_tail(hook, handle) or event.get("log_tail") or ""
+        tail = self._failure_tail(hook, handle, event)
         if status == "marker_missing":
             raise AirflowFailException(f"{event['message']}\n--- last lines of the job's output ---\n{tail}")
         return self._fail_for_failed_job(context, hook, event, job, tail)
@@ -455,11 +459,12 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, BaseOperator):
 
     def _cancel_job(self, hook: SlurmHook, handle: SlurmJobHandle, why: str, *, through_outage: bool = True) -> None:
         """scancel the job, logging (not raising) a failure; `through_outage=False` makes one attempt."""
+        shred = (handle.env_file,) if handle.env_file else ()
         try:
             if through_outage:
-                self.cancel_through_outage(hook, handle.job_id, "cancelling")
+                self.cancel_through_outage(hook, handle.job_id, "cancelling", shred=shred)
             else:
-                hook.cancel(handle.job_id)
+                hook.cancel(handle.job_id, shred=shred)
             self.log.info("Cancelled Slurm job %s (%s)", handle.job_id, why)
         except Exception as exc:
             self.log.error("Could not cancel Slurm job %s (%s): %s", handle.job_id, why, exc)

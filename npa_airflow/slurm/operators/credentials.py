@@ -1,7 +1,7 @@
 """Credentials the cluster side needs, never written into a script, a log, XCom or a template field.
 
 - `secret_env` of `SlurmSubmitOperator`: {ENV_NAME: "var:NAME" | "conn:CONN_ID[:field]"}: checked at parse time
-  (`validate_secret_env`), resolved on the worker (`resolve_secret_env`) into the mode-600 sidecar the job sources.
+  and resolved on the worker into the mode-600 sidecar the job sources (`npa_airflow.slurm.secret_env`).
 - `SlurmEnrootCredentialsOperator`: installs registry credentials in Enroot's credentials file (mode 600) from
   an Airflow connection; the secret travels on SSH stdin only.
 """
@@ -9,59 +9,18 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.operators.job import fail_task
+from npa_airflow.slurm.secret_env import resolve_secret_env, validate_secret_env
+
+__all__ = ["SlurmEnrootCredentialsOperator", "resolve_secret_env", "validate_secret_env"]
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-
-def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
-    """Resolve {ENV_NAME: "var:NAME" | "conn:CONN_ID[:password|login|extra_key]"} at execute time."""
-    from airflow.sdk import BaseHook, Variable
-
-    values: dict[str, str] = {}
-    for name, source in secret_env.items():
-        kind, _, ref = source.partition(":")
-        if kind == "var":
-            values[name] = str(Variable.get(ref))
-        elif kind == "conn":
-            conn_id, _, attr = ref.partition(":")
-            conn = BaseHook.get_connection(conn_id)
-            attr = attr or "password"
-            if attr in ("password", "login", "host", "schema"):
-                value = getattr(conn, attr)
-            else:
-                value = conn.extra_dejson.get(attr)
-            if value in (None, ""):
-                raise NpaValidationError(f"secret_env[{name!r}]: connection {conn_id!r} has no {attr!r}")
-            values[name] = str(value)
-    return values
-
-
-def validate_secret_env(secret_env: Mapping[str, str] | None) -> dict[str, str]:
-    if not secret_env:
-        return {}
-    if not isinstance(secret_env, Mapping):
-        raise NpaValidationError(f"secret_env={secret_env!r} must map ENV_NAME -> 'var:NAME' or 'conn:CONN_ID[:field]'")
-    out = {}
-    for name, source in secret_env.items():
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise NpaValidationError(f"secret_env key {name!r} is not an environment variable name")
-        if not isinstance(source, str) or not re.fullmatch(
-            r"(var:[A-Za-z0-9_.-]+|conn:[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?)", source
-        ):
-            raise NpaValidationError(
-                f"secret_env[{name!r}]={source!r}: name where the secret lives, as 'var:VARIABLE_NAME' or "
-                "'conn:CONNECTION_ID[:password|login|extra_key]' (never the secret itself)"
-            )
-        out[name] = source
-    return out
 
 
 class SlurmEnrootCredentialsOperator(BaseOperator):

@@ -37,6 +37,7 @@ class PreparedJob:
     gpus_per_node: int = 0
     mem_mb: int | None = None
     secret_values: tuple[str, ...] = field(default=(), repr=False)  # must never appear in the script
+    env_file: str | None = None  # the secrets sidecar among `files`: removed once the job has ended for good
 
     @classmethod
     def from_spec(cls, spec: Any, script: str, **where: Any) -> PreparedJob:
@@ -100,6 +101,7 @@ def handle_for(
         try_number=try_number,
         retry_of=retry_of,
         submitted_at=time.time(),
+        env_file=job.env_file,
     )
 
 

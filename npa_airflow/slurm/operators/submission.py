@@ -32,7 +32,7 @@ class AdoptOrSubmitMixin:
     _prepare_named: Callable[[str], PreparedJob] | None
     ti_identity: Callable[[Context], tuple[str, str, str, int | None, int]]
     cluster_read: Callable[..., Any]
-    cancel_through_outage: Callable[[SlurmHook, str, str], None]
+    cancel_through_outage: Callable[..., None]
 
     def _adopt_or_submit(self, context: Context, hook: SlurmHook, job: PreparedJob) -> SlurmJobHandle:
         from npa_airflow.common.naming import earlier_try_names
@@ -61,7 +61,9 @@ class AdoptOrSubmitMixin:
             self.log.info(
                 "Cancelling Slurm job %s (%s) of an earlier try (on_previous_try='cancel')", j.job_id, j.job_name
             )
-            self.cancel_through_outage(hook, j.job_id, "cancelling an earlier try")
+            self.cancel_through_outage(
+                hook, j.job_id, "cancelling an earlier try", shred=self._secret_files_of(j.job_name, job)
+            )
 
         previous = sorted(found, key=by_try)
         retry_of = previous[-1].job_id if previous else None
@@ -74,7 +76,9 @@ class AdoptOrSubmitMixin:
         keep = live[-1]
         for extra in live[:-1]:
             self.log.warning("Cancelling duplicate live job %s (%s) of an earlier try", extra.job_id, extra.job_name)
-            self.cancel_through_outage(hook, extra.job_id, "cancelling a duplicate")
+            # A duplicate of the same name shares the kept job's sidecar: that one stays.
+            shred = self._secret_files_of(extra.job_name, job) if extra.job_name != keep.job_name else ()
+            self.cancel_through_outage(hook, extra.job_id, "cancelling a duplicate", shred=shred)
         self.log.info(
             "Reattaching to Slurm job %s (%s) of an earlier try instead of submitting a new one",
             keep.job_id,
@@ -144,13 +148,21 @@ class AdoptOrSubmitMixin:
         ids = sorted({m.job_id for m in matches})
         if len(ids) > 1:
             for job_id in ids:
-                self.cancel_through_outage(hook, job_id, "cancelling a duplicate")
+                shred = (job.env_file,) if job.env_file and job_id == ids[-1] else ()  # they share one sidecar
+                self.cancel_through_outage(hook, job_id, "cancelling a duplicate", shred=shred)
             raise NpaAmbiguousSubmission(
                 f"{len(ids)} Slurm jobs are named {job.job_name} ({', '.join(ids)}); all were cancelled so no "
                 "duplicate keeps running. Retry the task to submit exactly one."
             )
         self.log.info("Adopting Slurm job %s (%s): %s", ids[0], job.job_name, why)
         return self._handle_of(hook, job, ids[0], try_number=try_number, retry_of=None)
+
+    def _secret_files_of(self, job_name: str | None, job: PreparedJob) -> tuple[str, ...]:
+        """The secrets sidecar of the job named `job_name` (an earlier try's), shredded when it is cancelled."""
+        if not job_name or job_name == job.job_name or self._prepare_named is None:
+            return (job.env_file,) if job.env_file else ()
+        env_file = self._prepare_named(job_name).env_file
+        return (env_file,) if env_file else ()
 
     def _handle_of(self, hook: SlurmHook, job: PreparedJob, job_id: str, **details: Any) -> SlurmJobHandle:
         """The handle of `job` as `job_id`; `details`: try_number, retry_of and, from sbatch, cluster."""

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
-from npa_airflow.slurm.operators.credentials import validate_secret_env
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, results_root_for
+from npa_airflow.slurm.secret_env import validate_secret_env
 
 if TYPE_CHECKING:
     import jinja2
@@ -196,10 +196,14 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def job_environment(self, hook: SlurmHook) -> JobEnvironment:
         """The connection (read directly, as for rendering) and the resolved `secret_env` values."""
-        from npa_airflow.slurm.operators.credentials import resolve_secret_env
+        from npa_airflow.slurm.secret_env import resolve_secret_env
 
         secrets = resolve_secret_env(self.secret_env) if self.secret_env else {}
+        self.mask_job_secrets(secrets.values())  # before anything of the job is logged in this process
         return JobEnvironment(config=self._connection_config(), secrets=secrets)
+
+    def secret_references(self) -> dict[str, str]:
+        return dict(self.secret_env)
 
     def prepare_job(
         self, job_name: str, exclude_nodes: Sequence[str], env: JobEnvironment, step: Mapping[str, Any]
@@ -236,6 +240,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             gpus_per_node=spec.gpus_per_node,
             mem_mb=mem_mb_of(spec.extra_sbatch),
             secret_values=tuple(secrets.values()),
+            env_file=spec.env_file,
         )
 
     def check_prepared_job(self, job: PreparedJob) -> None:

@@ -71,7 +71,7 @@ async def test_convert_trigger_waits_through_other_pending_reasons(monkeypatch) 
 async def test_a_qos_memory_hold_has_its_own_status_and_is_cancelled_by_the_trigger(monkeypatch) -> None:
     cancelled: list[str] = []
 
-    async def acancel(job_id: str) -> None:
+    async def acancel(job_id: str, *, shred: tuple[str, ...] = ()) -> None:
         cancelled.append(job_id)
 
     updates = [PollUpdate(cycle=1, state=JobState.PENDING, info=_info(JobState.PENDING, "PENDING", "QOSGrpMemLimit"))]

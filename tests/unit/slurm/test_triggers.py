@@ -341,7 +341,7 @@ async def test_a_later_try_holding_the_job_means_cleared_and_cancels(tmp_path, d
 async def test_on_kill_skips_finished_jobs_fired_triggers_and_opt_out(tmp_path, double, supervisor):
     cancels = []
 
-    async def acancel(job_id):
+    async def acancel(job_id, *, shred=()):
         cancels.append(job_id)
 
     double.acancel = acancel
@@ -359,7 +359,7 @@ async def test_on_kill_skips_finished_jobs_fired_triggers_and_opt_out(tmp_path, 
 async def test_on_kill_logs_instead_of_raising(tmp_path, double, supervisor, caplog):
     double.states["42"] = JobState.RUNNING
 
-    async def acancel(job_id):
+    async def acancel(job_id, *, shred=()):
         raise ConnectionError("login host down")
 
     double.acancel = acancel

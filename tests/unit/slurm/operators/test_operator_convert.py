@@ -24,7 +24,7 @@ class RecordingHook:
         self.config = CFG
         self.cancelled: list[str] = []
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, *, shred: tuple[str, ...] = ()) -> None:
         self.cancelled.append(job_id)
 
 
