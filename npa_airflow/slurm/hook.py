@@ -44,8 +44,17 @@ class SlurmHook(AsyncSlurmHook):
     def job_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
         return self._sync(self.ajob_states(job_ids))
 
-    def cancel(self, job_id: str) -> None:
-        self._sync(self.acancel(job_id))
+    def cancel(self, job_id: str, *, marker: str | None = None) -> str:
+        return self._sync(self.acancel(job_id, marker=marker))
+
+    def cancel_by_name(self, job_name: str, *, marker: str | None = None) -> None:
+        self._sync(self.acancel_by_name(job_name, marker=marker))
+
+    def cancel_origin(self, job_id: str, marker: str | None) -> commands.CancelOrigin:
+        return self._sync(self.acancel_origin(job_id, marker))
+
+    def submit_time(self, job_id: str) -> float | None:
+        return self._sync(self.asubmit_time(job_id))
 
     def tail_logs(self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20) -> list[commands.LogChunk]:
         return self._sync(self.atail_logs(requests, max_bytes))
