@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.commands import SlurmJobInfo
+from npa_airflow.slurm.commands import JobQuery, SlurmJobInfo
 from npa_airflow.slurm.hook import CommandResult
 
 NATIVE = {
@@ -48,6 +48,7 @@ class LocalClusterDouble:
         self.commands: list[str] = []
         self.fail_states = 0  # next N ajob_states calls raise ConnectionError
         self.fail_commands = 0
+        self.absent: set[str] = set()  # ids both sacct and squeue answer they do not know
 
     async def ajob_states(self, job_ids):
         self.state_calls.append(list(job_ids))
@@ -55,6 +56,10 @@ class LocalClusterDouble:
             self.fail_states -= 1
             raise ConnectionError("connection to 127.0.0.1:2222 lost")
         return {j: info(j, self.states[j], reason=self.reasons.get(j)) for j in job_ids if j in self.states}
+
+    async def aquery_jobs(self, job_ids):
+        states = await self.ajob_states(job_ids)
+        return JobQuery(states, frozenset(j for j in job_ids if j in self.absent and j not in states))
 
     async def arun(self, argv, *, stdin=None, timeout=120, check=True):
         assert isinstance(argv, str)
@@ -69,5 +74,6 @@ class LocalClusterDouble:
     async def apath_exists(self, path):
         return Path(path).exists()
 
-    async def acancel(self, job_id):
+    async def acancel(self, job_id, *, marker=None):
         self.states[job_id] = JobState.CANCELED
+        return "cancelled"
