@@ -34,6 +34,11 @@ from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.log_lines import LineSplitter
 from npa_airflow.slurm.poller import PollUpdate, Registration, claim_file_for, get_poller, offsets_file_for
 
+# Re-exported: operators, sensors and tests import the event helpers from here.
+from npa_airflow.slurm.trigger_events import EVENT_STATUSES as EVENT_STATUSES
+from npa_airflow.slurm.trigger_events import make_event_payload as make_event_payload
+from npa_airflow.slurm.trigger_events import validate_event as validate_event
+
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
 module_log = logging.getLogger(__name__)  # on_kill's lines reach the triggerer's own log
 DEADLINE_CANCEL_TIMEOUT = 30.0
@@ -43,40 +48,6 @@ CANCEL_BACKOFF = Backoff(base=1.0, cap=8.0, jitter=0.5)  # between scancel attem
 VANISHED_AFTER_SECONDS = 600.0
 # Between checks of the success marker: 2, 4, 8, ... 60 s, until the deadline.
 MARKER_CHECK_BACKOFF = Backoff(base=2.0, cap=60.0, jitter=0.0)
-
-# "unsatisfiable": PENDING on a reason waiting never clears (npa_airflow.slurm.fit.NEVER_CLEARING_REASONS).
-# "vanished": neither sacct nor squeue has known the job for `vanished_after` seconds.
-EVENT_STATUSES = (
-    "success",
-    "failed",
-    "canceled",
-    "marker_missing",
-    "deadline",
-    "held_by_qos",
-    "unsatisfiable",
-    "vanished",
-)
-
-
-def make_event_payload(status: str, handle: dict[str, Any], message: str, **extra: Any) -> dict[str, Any]:
-    """The one shape of every event this trigger fires (validated by `validate_event`)."""
-    if status not in EVENT_STATUSES:
-        raise ValueError(f"unknown Slurm trigger event status {status!r}; expected one of {EVENT_STATUSES}")
-    return {"status": status, "job_id": str(handle["job_id"]), "handle": handle, "message": message, **extra}
-
-
-def validate_event(event: Any) -> dict[str, Any]:
-    """Check an event before the operator acts on it; raise ValueError naming what is wrong."""
-    if not isinstance(event, dict):
-        raise ValueError(f"Slurm trigger event must be a dict, got {type(event).__name__}: {event!r}")
-    missing = [k for k in ("status", "job_id", "handle", "message") if k not in event]
-    if missing:
-        raise ValueError(f"Slurm trigger event lacks {missing}: {event!r}")
-    if event["status"] not in EVENT_STATUSES:
-        raise ValueError(f"Slurm trigger event has unknown status {event['status']!r}; expected {EVENT_STATUSES}")
-    if not isinstance(event["handle"], dict) or str(event["handle"].get("job_id")) != str(event["job_id"]):
-        raise ValueError(f"Slurm trigger event's handle does not match job {event['job_id']!r}: {event!r}")
-    return event
 
 
 class SlurmJobTrigger(BaseTrigger):
