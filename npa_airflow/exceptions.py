@@ -33,3 +33,13 @@ class NpaProgramFailure(NpaError):
 
 class NpaAmbiguousSubmission(NpaError):
     """sbatch may or may not have created a job, and reconciliation could not decide."""
+
+
+class NpaCancelFailed(NpaError):
+    """A cancel that did not happen and that asking again will not make happen (e.g. the cluster does not know
+    the job, or refuses the user); the message names the job and what to check."""
+
+
+def cluster_did_not_answer(exc: BaseException) -> bool:
+    """A failure worth waiting out: the cluster did not answer. A host key problem never is."""
+    return isinstance(exc, (NpaRemoteError, NpaConnectionError)) and not isinstance(exc, NpaHostKeyError)

@@ -56,13 +56,28 @@ def _handles(task_instance: Any) -> dict[str, Any]:
 
 
 def cancel_slurm_job(handle: dict[str, Any]) -> None:
+    """scancel the job (recording that Airflow did, so clearing the task later runs it again), retried while the
+    cluster does not answer; a cancel that did not happen raises (and is logged as a failure)."""
+    from npa_airflow.common.retry import Backoff, Budget, retry
+    from npa_airflow.exceptions import cluster_did_not_answer
+    from npa_airflow.slurm.commands import cancel_marker_for
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
 
     job = SlurmJobHandle.from_dict(handle)
     hook = SlurmHook(slurm_conn_id=job.conn_id).on_cluster(job.cluster)
-    hook.cancel(job.job_id, shred=(job.env_file,) if job.env_file else ())
-    log.info("Cancelled Slurm job %s (%s): its task instance was ended by a user", job.job_id, job.job_name)
+    marker = cancel_marker_for(job.script_path) if job.script_path else None
+    shred = (job.env_file,) if job.env_file else ()
+    outcome = retry(
+        lambda: hook.cancel(job.job_id, marker=marker, shred=shred),
+        transient=cluster_did_not_answer,
+        backoff=Backoff(base=2.0, cap=15.0, jitter=0.5),
+        budget=Budget(seconds=CANCEL_TIMEOUT),
+    )
+    if outcome == "ended":
+        log.info("Slurm job %s (%s) had already ended: nothing to cancel", job.job_id, job.job_name)
+    else:
+        log.info("Cancelled Slurm job %s (%s): its task instance was ended by a user", job.job_id, job.job_name)
 
 
 def cancel_burst_job(handle: dict[str, Any]) -> None:

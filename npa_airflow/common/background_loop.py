@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_lock = threading.Lock()
+# Re-entrant: an operator's on_kill runs inside Airflow's SIGTERM handler, on the main thread, possibly while that
+# thread is in run_sync below; its own run_sync must not deadlock on the lock the interrupted call holds.
+_lock = threading.RLock()
 _loop: asyncio.AbstractEventLoop | None = None
 _pid: int | None = None
 

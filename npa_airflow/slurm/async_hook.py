@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 import asyncssh
 
 from npa_airflow.common.configured_hook import ConfiguredHook
-from npa_airflow.common.remote_errors import sbatch_outcome_unknown, scancel_nothing_to_cancel, squeue_job_id_unknown
+from npa_airflow.common.remote_errors import sbatch_outcome_unknown, squeue_job_id_unknown
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm import commands
+from npa_airflow.slurm.cancels import CancelCommands
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.ssh import (
     CONNECTION_ERRORS,
@@ -32,6 +33,7 @@ from npa_airflow.slurm.ssh import (
     short_command,
 )
 from npa_airflow.slurm.staging import (
+    EXIT_CANCELLED_BEFORE_SBATCH,
     EXIT_MISSING_INPUTS,
     StagedFile,
     build_stage,
@@ -64,11 +66,12 @@ def _feed(process: asyncssh.SSHClientProcess[bytes], stdin: bytes | None) -> boo
     return False
 
 
-class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
+class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
     """The async Slurm commands over SSH; :class:`npa_airflow.slurm.hook.SlurmHook` adds the sync facade.
 
     Every Slurm command names one cluster with ``-M``: ``cluster`` when given (the cluster a job handle
     records), else the connection's ``cluster_name``; neither means the login host's default cluster (no -M).
+    The cancels (checked, by id or by a try's job name) come from :class:`npa_airflow.slurm.cancels.CancelCommands`.
     """
 
     conn_name_attr = "slurm_conn_id"
@@ -231,19 +234,25 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
         sbatch_args: Sequence[str] = (),
         required_paths: Sequence[str] = (),
         mkdirs: Sequence[str] = (),
+        job_name: str | None = None,
     ) -> commands.SubmitResult:
         """Check inputs, stage files and submit, all in ONE round trip.
 
         Raises ``NpaValidationError`` (nothing written) when a required input is missing, ``NpaRemoteError`` when
-        sbatch clearly refused the job, and ``NpaAmbiguousSubmission`` when the job may or may not exist.
+        sbatch clearly refused the job, and ``NpaAmbiguousSubmission`` when the job may or may not exist. With
+        ``job_name`` (the script's job name), a cancel by Airflow that comes while sbatch runs is honoured on the
+        login host (see :func:`npa_airflow.slurm.staging.build_stage_and_submit`).
         """
+        cluster = await self.atarget_cluster()
+        cancel = commands.build_cancel_by_name(job_name, (await self.aconfig()).user, cluster) if job_name else None
         command, stdin = build_stage_and_submit(
             files,
             script_path,
             sbatch_args=sbatch_args,
             required_paths=required_paths,
             mkdirs=mkdirs,
-            cluster=await self.atarget_cluster(),
+            cluster=cluster,
+            cancel_by_name=cancel,
         )
         try:
             result = await self.arun(command, stdin=stdin, check=False, idempotent=False, timeout=180)
@@ -292,6 +301,11 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
                 f"{result.host}): {', '.join(missing)}. Stage the data on shared storage (e.g. Lustre) first, "
                 "or correct the paths; nothing was written or submitted."
             )
+        if result.returncode == EXIT_CANCELLED_BEFORE_SBATCH:
+            raise NpaRemoteError(
+                f"not submitted: Airflow had cancelled this job (its cancel marker exists on {result.host}): "
+                "the task was killed while it was being submitted"
+            )
         if result.returncode not in (0, None):
             raise NpaRemoteError(
                 f"staging files on {result.host} failed (exit {result.returncode}): {result.error_text[-2000:]}"
@@ -305,15 +319,23 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
     async def ajob_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
         """States of many jobs: ONE sacct, plus ONE squeue only for ids accounting does not know yet or says
         ended in a state Slurm requeues from (NODE_FAIL: the same job may be PENDING again)."""
+        return (await self.aquery_jobs(job_ids)).states
+
+    async def aquery_jobs(self, job_ids: Sequence[str]) -> commands.JobQuery:
+        """Like :meth:`ajob_states`, and which ids are certainly absent: both sacct and squeue answered without them.
+
+        With sacct unanswered (slurmdbd down), a job missing from squeue may simply have ended: not absent.
+        """
         ids = list(dict.fromkeys(job_ids))
         if not ids:
-            return {}
+            return commands.JobQuery({})
         cluster = await self.atarget_cluster()
         found: dict[str, commands.SlurmJobInfo] = {}
         sacct = await self.arun(commands.build_sacct_states(ids, cluster), check=False)
         if sacct.returncode == 0:
             found.update(commands.parse_sacct(sacct.text))
         asked = [i for i in ids if i not in found or commands.may_run_again(found[i])]
+        squeue_answered = True
         if asked:
             squeue = await self.arun(commands.build_squeue_states(asked, cluster), check=False)
             live: dict[str, commands.SlurmJobInfo] | None = None
@@ -326,24 +348,17 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig]):
                     f"neither sacct nor squeue answered on {squeue.host}: "
                     f"sacct: {sacct.error_text[-500:]}; squeue: {squeue.error_text[-500:]}"
                 )
+            else:
+                squeue_answered = False
             found = commands.merge_live_states(found, live, asked)
-        return {i: found[i] for i in ids if i in found}
+        states = {i: found[i] for i in ids if i in found}
+        answered = sacct.returncode == 0 and squeue_answered
+        return commands.JobQuery(states, frozenset(i for i in ids if i not in states) if answered else frozenset())
 
-    async def acancel(self, job_id: str, *, shred: Sequence[str] = ()) -> None:
-        """``scancel``; a job that already ended (or is unknown to Slurm) counts as cancelled.
-
-        ``shred``: the job's secret files (its sidecar), removed once the cancel succeeded or found the job ended.
-        """
-        cluster = await self.atarget_cluster()
-        result = await self.arun(commands.build_cancel_and_shred(job_id, shred, cluster), check=False)
-        if result.returncode == 0:
-            return
-        if scancel_nothing_to_cancel(result.error_text):
-            await self.ashred(shred)
-            return
-        raise NpaRemoteError(
-            f"scancel {job_id} failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"
-        )
+    async def asubmit_time(self, job_id: str) -> float | None:
+        """When ``job_id`` was submitted (epoch seconds, Slurm's own record), or None if neither tool says."""
+        result = await self.arun(commands.build_submit_time(job_id, await self.atarget_cluster()), check=False)
+        return commands.parse_submit_time(result.text, job_id)
 
     async def ashred(self, paths: Sequence[str]) -> None:
         """Overwrite and remove files (a finished job's secrets sidecar); missing files are fine."""

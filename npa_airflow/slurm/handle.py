@@ -42,9 +42,10 @@ class SlurmJobHandle:
     stderr_path: str
     try_number: int
     retry_of: str | None = None  # the job id of the earlier try this one replaces, if any
-    submitted_at: float | None = None  # epoch seconds
+    submitted_at: float | None = None  # epoch seconds: when Slurm accepted the job (kept across reattaches)
     # The job's mode-600 secrets sidecar: kept while Slurm may run the job again (requeue), removed once it ended.
     env_file: str | None = None
+    script_path: str | None = None  # the submitted script; Airflow's cancel marker sits next to it
 
     def __post_init__(self) -> None:
         fullmatch_or_raise(
@@ -64,8 +65,9 @@ class SlurmJobHandle:
         )
         for name in ("results_dir", "stdout_path", "stderr_path"):
             _check_path(name, getattr(self, name))
-        if self.env_file is not None:
-            _check_path("env_file", self.env_file)
+        for name in ("env_file", "script_path"):
+            if getattr(self, name) is not None:
+                _check_path(name, getattr(self, name))
         if not isinstance(self.try_number, int) or isinstance(self.try_number, bool) or self.try_number < 1:
             raise NpaValidationError(f"SlurmJobHandle.try_number={self.try_number!r} must be an integer >= 1")
         if self.submitted_at is not None and (
@@ -89,7 +91,8 @@ class SlurmJobHandle:
     def from_dict(cls, data: object) -> SlurmJobHandle:
         if not isinstance(data, dict):
             raise NpaValidationError(f"a Slurm job handle must be a dict, got {type(data).__name__}: {data!r}")
-        required = sorted(f.name for f in fields(cls) if f.name not in ("retry_of", "submitted_at", "env_file"))
+        optional = ("retry_of", "submitted_at", "env_file", "script_path")
+        required = sorted(f.name for f in fields(cls) if f.name not in optional)
         unknown, missing = field_mismatch(cls, data, required)
         if unknown:
             known = sorted(f.name for f in fields(cls))

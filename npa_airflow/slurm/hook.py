@@ -44,8 +44,17 @@ class SlurmHook(AsyncSlurmHook):
     def job_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
         return self._sync(self.ajob_states(job_ids))
 
-    def cancel(self, job_id: str, *, shred: Sequence[str] = ()) -> None:
-        self._sync(self.acancel(job_id, shred=shred))
+    def cancel(self, job_id: str, *, marker: str | None = None, shred: Sequence[str] = ()) -> str:
+        return self._sync(self.acancel(job_id, marker=marker, shred=shred))
+
+    def cancel_by_name(self, job_name: str, *, marker: str | None = None, shred: Sequence[str] = ()) -> None:
+        self._sync(self.acancel_by_name(job_name, marker=marker, shred=shred))
+
+    def cancel_origin(self, job_id: str, marker: str | None) -> commands.CancelOrigin:
+        return self._sync(self.acancel_origin(job_id, marker))
+
+    def submit_time(self, job_id: str) -> float | None:
+        return self._sync(self.asubmit_time(job_id))
 
     def shred(self, paths: Sequence[str]) -> None:
         self._sync(self.ashred(paths))

@@ -1,7 +1,7 @@
 """One batched poll per cluster for every waiting Slurm job in this process.
 
 Triggers register a job (and its log files) with the poller of their cluster and await updates. Each cycle
-issues ONE state query (`SlurmHook.ajob_states`: one sacct, at most one squeue fallback) for all registered
+issues ONE state query (`SlurmHook.aquery_jobs`: one sacct, at most one squeue fallback) for all registered
 jobs, and ONE remote command that tails all their log files from their byte offsets. The same command
 persists the offsets the triggers have already written to the task log in a small file next to the job's
 stdout (`<stdout>.npa-offsets`), so a restarted triggerer resumes the log where it stopped at no extra cost.
@@ -48,7 +48,7 @@ from npa_airflow.slurm.offsets import (
 from npa_airflow.slurm.poll_bookkeeping import MAX_SHRED_ATTEMPTS, OffsetBookkeeping, describe_error
 
 if TYPE_CHECKING:
-    from npa_airflow.slurm.commands import LogChunk, SlurmJobInfo
+    from npa_airflow.slurm.commands import JobQuery, LogChunk, SlurmJobInfo
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,7 @@ class PollUpdate:
     chunks: tuple[LogChunk, ...] = ()
     error: str | None = None
     logs_drained: bool = True  # False while a finished job still has unread log bytes
+    absent_for: float | None = None  # seconds sacct and squeue have both answered without the job, in a row
 
 
 @dataclass(eq=False)
@@ -129,6 +130,7 @@ class Registration:
     state: JobState = JobState.UNKNOWN
     state_since: float = field(default_factory=time.monotonic)
     ever_started: bool = False
+    absent_since: float | None = None  # monotonic start of an unbroken run of answers without the job
     offsets_loaded: bool = False
     stalled_drain_cycles: int = 0
     delivered_cycle: int = 0  # last cycle that handed this trigger log bytes
@@ -332,10 +334,11 @@ class SlurmPoller(OffsetBookkeeping):
         self.stats.cycles += 1
         cycle_no = self.stats.cycles
         await self._claim_and_load_offsets(regs)
-        infos = await self._query_states(regs, cycle_no)
-        if infos is None:
+        query = await self._query_states(regs, cycle_no)
+        if query is None:
             return
-        self._record_states(regs, infos)
+        infos = query.states
+        self._record_states(regs, infos, query.absent)
         tailing = [r for r in regs if r.cursors and r.offsets_loaded and r.ever_started]
         chunks, log_error = await self._tail(tailing, [r for r in regs if r.shred_pending])
         for reg in regs:
@@ -344,28 +347,35 @@ class SlurmPoller(OffsetBookkeeping):
             update = self._update_for(reg, cycle_no, infos.get(reg.job_id), mine, reg in tailing, tailed_error)
             self._publish(reg, update)
 
-    async def _query_states(self, regs: Sequence[Registration], cycle_no: int) -> dict[str, SlurmJobInfo] | None:
+    async def _query_states(self, regs: Sequence[Registration], cycle_no: int) -> JobQuery | None:
         """The ONE state query of a cycle; None (after telling every registration) when it failed."""
         job_ids = sorted({r.job_id for r in regs})
         self.stats.state_queries += 1
         self.stats.max_jobs_per_query = max(self.stats.max_jobs_per_query, len(job_ids))
         self.stats.last_query_job_ids = tuple(job_ids)
         try:
-            infos: dict[str, SlurmJobInfo] = await self.hook.ajob_states(job_ids)
+            query: JobQuery = await self.hook.aquery_jobs(job_ids)
         except Exception as exc:
             self._consecutive_failures += 1
             self.stats.failures += 1
             message = f"state query failed ({describe_error(exc)}); state unknown, will retry"
             for reg in regs:
+                reg.absent_since = None  # only answers count towards "absent"
                 self._publish(reg, PollUpdate(cycle=cycle_no, state=JobState.UNKNOWN, info=None, error=message))
             return None
         self._consecutive_failures = 0
-        return infos
+        return query
 
     @staticmethod
-    def _record_states(regs: Sequence[Registration], infos: Mapping[str, SlurmJobInfo]) -> None:
+    def _record_states(
+        regs: Sequence[Registration], infos: Mapping[str, SlurmJobInfo], absent: frozenset[str] = frozenset()
+    ) -> None:
         now = time.monotonic()
         for reg in regs:
+            if reg.job_id in absent:
+                reg.absent_since = reg.absent_since if reg.absent_since is not None else now
+            else:
+                reg.absent_since = None
             info = infos.get(reg.job_id)
             state = info.state if info is not None else JobState.UNKNOWN
             if state is not reg.state:
@@ -403,7 +413,16 @@ class SlurmPoller(OffsetBookkeeping):
             error = f"job {reg.job_id} not found by sacct or squeue yet; state unknown"
         elif log_error:
             error = log_error
-        return PollUpdate(cycle=cycle_no, state=reg.state, info=info, chunks=chunks, error=error, logs_drained=drained)
+        absent_for = None if reg.absent_since is None else time.monotonic() - reg.absent_since
+        return PollUpdate(
+            cycle=cycle_no,
+            state=reg.state,
+            info=info,
+            chunks=chunks,
+            error=error,
+            logs_drained=drained,
+            absent_for=absent_for,
+        )
 
     def _publish(self, reg: Registration, update: PollUpdate) -> None:
         if reg in self._registrations:  # unregistered mid-cycle: drop

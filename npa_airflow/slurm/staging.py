@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from npa_airflow.exceptions import NpaParseError
-from npa_airflow.slurm.commands.builders import build_sbatch_submit
+from npa_airflow.slurm.commands.builders import build_sbatch_submit, cancel_marker_for
 from npa_airflow.slurm.commands.validation import validate_remote_path
 
 EXIT_MISSING_INPUTS = 3
 EXIT_STAGING_FAILED = 4
+EXIT_CANCELLED_BEFORE_SBATCH = 5  # Airflow's cancel marker for this job exists: the task was killed
 MISSING_PREFIX = "NPA_MISSING "
 SBATCH_BEGIN = "NPA_SBATCH_BEGIN"
 SBATCH_RC_PREFIX = "NPA_SBATCH_RC "
@@ -91,15 +92,25 @@ def build_stage_and_submit(
     required_paths: Sequence[str] = (),
     mkdirs: Sequence[str] = (),
     cluster: str | None = None,
+    cancel_by_name: Sequence[str] | None = None,
 ) -> tuple[str, bytes]:
-    """Like :func:`build_stage`, then ``sbatch --parsable`` the script; sbatch's rc is reported on stdout."""
+    """Like :func:`build_stage`, then ``sbatch --parsable`` the script; sbatch's rc is reported on stdout.
+
+    With ``cancel_by_name`` (the argv that scancels this job by its name), the command honours Airflow's cancel
+    marker of the script (`commands.cancel_marker_for`), which a killed task creates before it cancels by name:
+    present before sbatch, nothing is submitted; present once sbatch returns, the job is cancelled here. Whenever
+    the marker appears, one of the two sees it or the kill's own scancel finds the job, so a task killed while
+    sbatch runs never leaves its job behind, even when the worker dies before sbatch answers. sbatch's output is
+    captured so that the check after it runs before anything is written to a session that may be gone.
+    """
     command, stdin = build_stage(files, required_paths=required_paths, mkdirs=mkdirs)
     argv = build_sbatch_submit(script_path, sbatch_args, cluster)
-    submit = [
-        f"printf '{SBATCH_BEGIN}\\n'",
-        f"{shlex.join(argv)}; rc=$?",
-        f"printf '\\n{SBATCH_RC_PREFIX}%s\\n' \"$rc\"",
-    ]
+    submit = [f"printf '{SBATCH_BEGIN}\\n'", f"out=$({shlex.join(argv)}); rc=$?"]
+    if cancel_by_name is not None:
+        marker = shlex.quote(cancel_marker_for(script_path))
+        submit.insert(0, f"[ ! -e {marker} ] || exit {EXIT_CANCELLED_BEFORE_SBATCH}")
+        submit.append(f"[ ! -e {marker} ] || {shlex.join(cancel_by_name)} >/dev/null 2>&1")
+    submit += ['printf %s "$out"', f"printf '\\n{SBATCH_RC_PREFIX}%s\\n' \"$rc\""]
     return command + "\n" + "\n".join(submit), stdin
 
 

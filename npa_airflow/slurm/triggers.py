@@ -29,8 +29,10 @@ from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.common.secret_masking import redact_text
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
+from npa_airflow.exceptions import cluster_did_not_answer
 from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
+from npa_airflow.slurm.log_lines import LineSplitter
 from npa_airflow.slurm.poller import (
     PollUpdate,
     Registration,
@@ -41,63 +43,20 @@ from npa_airflow.slurm.poller import (
 )
 from npa_airflow.slurm.secret_env import amask_secret_env, validate_secret_env
 
-MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
+# Re-exported: operators, sensors and tests import the event helpers from here.
+from npa_airflow.slurm.trigger_events import EVENT_STATUSES as EVENT_STATUSES
+from npa_airflow.slurm.trigger_events import make_event_payload as make_event_payload
+from npa_airflow.slurm.trigger_events import validate_event as validate_event
+
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
 module_log = logging.getLogger(__name__)  # on_kill's lines reach the triggerer's own log
 DEADLINE_CANCEL_TIMEOUT = 30.0
 ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([triggerer] on_kill_timeout)
+CANCEL_BACKOFF = Backoff(base=1.0, cap=8.0, jitter=0.5)  # between scancel attempts, inside the timeouts above
+# A job that sacct and squeue both answer they do not know, for this long in a row, is lost: the wait ends.
+VANISHED_AFTER_SECONDS = 600.0
 # Between checks of the success marker: 2, 4, 8, ... 60 s, until the deadline.
 MARKER_CHECK_BACKOFF = Backoff(base=2.0, cap=60.0, jitter=0.0)
-
-# "unsatisfiable": PENDING on a reason waiting never clears (npa_airflow.slurm.fit.NEVER_CLEARING_REASONS).
-EVENT_STATUSES = ("success", "failed", "canceled", "marker_missing", "deadline", "held_by_qos", "unsatisfiable")
-
-
-def make_event_payload(status: str, handle: dict[str, Any], message: str, **extra: Any) -> dict[str, Any]:
-    """The one shape of every event this trigger fires (validated by `validate_event`)."""
-    if status not in EVENT_STATUSES:
-        raise ValueError(f"unknown Slurm trigger event status {status!r}; expected one of {EVENT_STATUSES}")
-    return {"status": status, "job_id": str(handle["job_id"]), "handle": handle, "message": message, **extra}
-
-
-def validate_event(event: Any) -> dict[str, Any]:
-    """Check an event before the operator acts on it; raise ValueError naming what is wrong."""
-    if not isinstance(event, dict):
-        raise ValueError(f"Slurm trigger event must be a dict, got {type(event).__name__}: {event!r}")
-    missing = [k for k in ("status", "job_id", "handle", "message") if k not in event]
-    if missing:
-        raise ValueError(f"Slurm trigger event lacks {missing}: {event!r}")
-    if event["status"] not in EVENT_STATUSES:
-        raise ValueError(f"Slurm trigger event has unknown status {event['status']!r}; expected {EVENT_STATUSES}")
-    if not isinstance(event["handle"], dict) or str(event["handle"].get("job_id")) != str(event["job_id"]):
-        raise ValueError(f"Slurm trigger event's handle does not match job {event['job_id']!r}: {event!r}")
-    return event
-
-
-class _LineSplitter:
-    """Turns byte chunks of one file into complete lines; keeps a partial last line for the next chunk."""
-
-    def __init__(self, offset: int) -> None:
-        self.pending = b""
-        self.committed = offset  # end of the last line handed out
-
-    def feed(self, data: bytes, end_offset: int) -> list[str]:
-        buf = self.pending + data
-        *lines, rest = buf.split(b"\n")
-        if len(rest) > MAX_PARTIAL_LINE:
-            lines.append(rest)
-            rest = b""
-        self.pending = rest
-        self.committed = end_offset - len(rest)
-        return [line.rstrip(b"\r").decode("utf-8", errors="replace") for line in lines]
-
-    def flush(self) -> list[str]:
-        """At job end, a last line without a newline is complete."""
-        if not self.pending:
-            return []
-        line, self.pending = self.pending, b""
-        self.committed += len(line)
-        return [line.rstrip(b"\r").decode("utf-8", errors="replace")]
 
 
 class SlurmJobTrigger(BaseTrigger):
@@ -115,6 +74,9 @@ class SlurmJobTrigger(BaseTrigger):
     :param secret_env: the job's `secret_env` references ({ENV_NAME: "var:NAME" | "conn:ID[:field]"}, never
         values): resolved here and registered with this process's secrets masker before any line of the job's
         output is written, so a job that prints a secret shows ``***`` in the task log and the event's log tail.
+    :param vanished_after: seconds after which a job that sacct and squeue both keep answering they do not know
+        (purged, lost by the cluster, or on another cluster) ends the wait with a "vanished" event, instead of
+        waiting for the deadline. Only answers count: while either tool fails, the job is not "absent".
     """
 
     def __init__(
@@ -128,6 +90,7 @@ class SlurmJobTrigger(BaseTrigger):
         stream_logs: bool = True,
         cancel_on_kill: bool = True,
         secret_env: dict[str, str] | None = None,
+        vanished_after: float = VANISHED_AFTER_SECONDS,
     ) -> None:
         super().__init__()
         SlurmJobHandle.from_dict(handle)  # a handle from XCom or a trigger row is validated like a new one
@@ -141,6 +104,7 @@ class SlurmJobTrigger(BaseTrigger):
         self.cancel_on_kill = cancel_on_kill
         self.secret_env = validate_secret_env(secret_env)
         self._secret_values: tuple[str, ...] | None = None  # resolved already (the worker-side wait)
+        self.vanished_after = float(vanished_after)
         self._fired = False
         self._registration: Registration | None = None
         self._claim: Claim | None = None
@@ -149,8 +113,18 @@ class SlurmJobTrigger(BaseTrigger):
         self._last_seen: tuple[JobState, str | None] | None = None  # state and pending reason last logged
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        names = ("handle", "conn_id", "poll_interval", "deadline", "require_marker", "stream_logs", "cancel_on_kill")
-        return as_trigger_row(self, (*names, "secret_env"))
+        names = (
+            "handle",
+            "conn_id",
+            "poll_interval",
+            "deadline",
+            "require_marker",
+            "stream_logs",
+            "cancel_on_kill",
+            "vanished_after",
+            "secret_env",
+        )
+        return as_trigger_row(self, names)
 
     # -- paths -------------------------------------------------------------------------------------------
 
@@ -250,7 +224,7 @@ class SlurmJobTrigger(BaseTrigger):
         )
         self._registration = reg
         labels = {p: label for label, p in paths}
-        splitters: dict[str, _LineSplitter] = {}
+        splitters: dict[str, LineSplitter] = {}
         problems = 0
         self.log.info("Waiting for Slurm job %s (%s)", self.job_id, self.handle.get("job_name"))
         try:
@@ -270,6 +244,9 @@ class SlurmJobTrigger(BaseTrigger):
                 else:
                     problems = 0
                 self._log_state(update)
+                if update.absent_for is not None and update.absent_for >= self.vanished_after:
+                    yield self._vanished_event(update.absent_for)
+                    return
                 if update.state is JobState.PENDING and update.info is not None:
                     never = never_clearing_reason(update.info.reason)
                     if never is not None:
@@ -314,6 +291,15 @@ class SlurmJobTrigger(BaseTrigger):
         await self._cancel_here(message)
         return self._fire("unsatisfiable", message, reason=reason, native_state="PENDING", state="PENDING")
 
+    def _vanished_event(self, absent_for: float) -> TriggerEvent:
+        seen = f", last seen {self._last_seen[0].value}" if self._last_seen else ", never seen by this wait"
+        message = (
+            f"Slurm job {self.job_id} ({self.handle.get('job_name')}) is lost: neither sacct nor squeue on "
+            f"{self.handle.get('login_host')} has known it for {absent_for / 60:.0f} min{seen}. The cluster may "
+            "have lost it (slurmctld state reset), or it runs on another cluster than the connection's"
+        )
+        return self._fire("vanished", message)
+
     async def _stand_down(self, reg: Registration) -> None:
         """Another trigger has claimed the job: fire nothing, write nothing, wait to be cancelled."""
         self.log.warning(
@@ -354,14 +340,14 @@ class SlurmJobTrigger(BaseTrigger):
         update: PollUpdate,
         reg: Registration,
         labels: dict[str, str],
-        splitters: dict[str, _LineSplitter],
+        splitters: dict[str, LineSplitter],
     ) -> None:
         for chunk in update.chunks:
             if not chunk.data:
                 continue
             splitter = splitters.get(chunk.path)
             if splitter is None:
-                splitter = splitters[chunk.path] = _LineSplitter(chunk.offset - len(chunk.data))
+                splitter = splitters[chunk.path] = LineSplitter(chunk.offset - len(chunk.data))
             for line in splitter.feed(chunk.data, chunk.offset):
                 self._log_line(labels.get(chunk.path, "stdout"), line)
             reg.commit(chunk.path, splitter.committed)
@@ -425,17 +411,45 @@ class SlurmJobTrigger(BaseTrigger):
         """The wait ended with no poll update: the deadline passed (a subclass may stop waiting for its own reason)."""
         return await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
 
+    def _cancel_marker(self) -> str | None:
+        from npa_airflow.slurm.commands import cancel_marker_for
+
+        script = self.handle.get("script_path")
+        return cancel_marker_for(script) if script else None
+
+    async def _cancel(self, why: str) -> str:
+        """scancel the job (recording that Airflow did), retrying while the cluster does not answer.
+
+        Returns what happened ("cancelled" or "ended"); raises when it could not cancel. Callers bound the time.
+        """
+        hook = self._poller().hook
+
+        def again(exc: BaseException, delay: float) -> None:
+            self.log.warning("Cancelling Slurm job %s failed (%s); retrying in %.0f s", self.job_id, exc, delay)
+
+        outcome: str = await aretry(
+            lambda: hook.acancel(self.job_id, marker=self._cancel_marker(), shred=self.secret_files()),
+            transient=cluster_did_not_answer,
+            backoff=CANCEL_BACKOFF,
+            budget=Budget(),
+            on_retry=again,
+        )
+        if outcome == "ended":
+            self.log.info("Slurm job %s had already ended: nothing to cancel (%s)", self.job_id, why)
+        else:
+            self.log.info("Cancelled Slurm job %s: %s", self.job_id, why)
+        return outcome
+
     async def _cancel_here(self, why: str) -> None:
         """Cancel the job right here (the task may take a while to resume on a worker).
 
-        Best effort and bounded: the operator cancels again when it resumes, and scancel is idempotent.
+        Bounded: the operator cancels again when it resumes (and reports a cancel that failed), and scancel is
+        idempotent.
         """
         try:
-            hook = self._poller().hook
-            await asyncio.wait_for(hook.acancel(self.job_id, shred=self.secret_files()), DEADLINE_CANCEL_TIMEOUT)
-            self.log.info("Cancelled Slurm job %s: %s", self.job_id, why)
+            await asyncio.wait_for(self._cancel(why), DEADLINE_CANCEL_TIMEOUT)
         except Exception as exc:
-            self.log.warning("Could not cancel Slurm job %s (%s): %s; the task will", self.job_id, why, exc)
+            self.log.warning("Could not cancel Slurm job %s (%s): %s; the task will try again", self.job_id, why, exc)
 
     async def _deadline_event(self, message: str) -> TriggerEvent:
         await self._cancel_here(message)
@@ -496,6 +510,5 @@ class SlurmJobTrigger(BaseTrigger):
                 module_log.warning("Could not remove the secret files of Slurm job %s (%s)", self.job_id, exc)
             return
         self.log.info("Cancelling Slurm job %s: %s", self.job_id, why)
-        await hook.acancel(self.job_id, shred=self.secret_files())
-        self.log.info("Cancelled Slurm job %s", self.job_id)
-        module_log.info("Cancelled Slurm job %s (%s)", self.job_id, why)
+        outcome = await self._cancel(why)
+        module_log.info("Slurm job %s: %s (%s)", self.job_id, outcome, why)

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.commands import SlurmJobInfo
+from npa_airflow.slurm.commands import JobQuery, SlurmJobInfo
 from npa_airflow.slurm.hook import CommandResult
 
 NATIVE = {
@@ -49,6 +49,7 @@ class LocalClusterDouble:
         self.fail_states = 0  # next N ajob_states calls raise ConnectionError
         self.fail_commands = 0
         self.shredded: list[str] = []  # files removed through acancel/ashred (the poller shreds through arun)
+        self.absent: set[str] = set()  # ids both sacct and squeue answer they do not know
 
     async def ajob_states(self, job_ids):
         self.state_calls.append(list(job_ids))
@@ -56,6 +57,10 @@ class LocalClusterDouble:
             self.fail_states -= 1
             raise ConnectionError("connection to 127.0.0.1:2222 lost")
         return {j: info(j, self.states[j], reason=self.reasons.get(j)) for j in job_ids if j in self.states}
+
+    async def aquery_jobs(self, job_ids):
+        states = await self.ajob_states(job_ids)
+        return JobQuery(states, frozenset(j for j in job_ids if j in self.absent and j not in states))
 
     async def arun(self, argv, *, stdin=None, timeout=120, check=True):
         assert isinstance(argv, str)
@@ -70,9 +75,10 @@ class LocalClusterDouble:
     async def apath_exists(self, path):
         return Path(path).exists()
 
-    async def acancel(self, job_id, *, shred=()):
+    async def acancel(self, job_id, *, marker=None, shred=()):
         self.states[job_id] = JobState.CANCELED
         await self.ashred(shred)
+        return "cancelled"
 
     async def ashred(self, paths):
         self.shredded.extend(paths)

@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from npa_airflow.common.naming import job_name_for
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.commands import LogChunk, NodeInfo, PartitionInfo, SlurmJobInfo
+from npa_airflow.slurm.commands import CancelOrigin, LogChunk, NodeInfo, PartitionInfo, SlurmJobInfo
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.operators import SlurmSubmitOperator
@@ -63,6 +63,8 @@ class HookDouble:
         }
     )
     calls: list[tuple] = field(default_factory=list)
+    cancelled_by_airflow: set[str] = field(default_factory=set)  # job ids whose cancel marker exists
+    submit_times: dict[str, float] = field(default_factory=dict)  # Slurm's submit time of existing jobs
     config: SlurmConnectionConfig = field(
         default_factory=lambda: SlurmConnectionConfig(conn_id="slurm_unit", hosts=(("127.0.0.1", 2222),), user="npa")
     )
@@ -71,10 +73,28 @@ class HookDouble:
         self.calls.append(("find", tuple(names)))
         return [j for j in self.existing if j.job_name in names]
 
-    def cancel(self, job_id, *, shred=()):
+    def cancel(self, job_id, *, marker=None, shred=()):
         self.calls.append(("cancel", job_id))
         if shred:
             self.calls.append(("shred", tuple(shred)))
+        if marker:
+            self.cancelled_by_airflow.add(job_id)
+        return "cancelled"
+
+    def cancel_by_name(self, job_name, *, marker=None, shred=()):
+        self.calls.append(("cancel_by_name", job_name, marker))
+
+    def cancel_origin(self, job_id, marker):
+        self.calls.append(("cancel_origin", job_id))
+        if job_id in self.cancelled_by_airflow:
+            return CancelOrigin(by_airflow=True, state="CANCELLED by 1000", uid="1000", user="npa")
+        return CancelOrigin(by_airflow=False, state="CANCELLED by 0", uid="0", user="root")
+
+    def submit_time(self, job_id):
+        return self.submit_times.get(job_id)
+
+    def run(self, command, **kwargs):
+        self.calls.append(("run", command))
 
     def stage_and_submit(self, files, script_path, **kwargs):
         self.calls.append(("submit", script_path, tuple(f.path for f in files), kwargs))
@@ -185,6 +205,7 @@ def handle_dict(job_id="101"):
         "try_number": 1,
         "retry_of": None,
         "submitted_at": 1.0,
+        "script_path": f"/shared/results/sbatch/{name(1)}.sbatch",
     }
 
 

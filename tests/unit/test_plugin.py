@@ -48,3 +48,25 @@ def test_an_ended_task_instance_has_each_of_its_jobs_cancelled(monkeypatch, stat
     thread = plugin.cancel_jobs_of(ti)
     thread.join(10)
     assert cancelled == [("slurm", {"job_id": "7"})]
+
+
+def test_a_slurm_cancel_records_that_airflow_made_it_and_reports_what_happened(monkeypatch, caplog):
+    """So that clearing the task later runs it again instead of failing on a cancel "outside Airflow"."""
+    from npa_airflow.slurm.hook import SlurmHook
+
+    calls = []
+    monkeypatch.setattr(
+        SlurmHook,
+        "cancel",
+        lambda self, job_id, marker=None, shred=(): calls.append((self.cluster, job_id, marker, shred)) or "ended",
+    )
+    handle = {
+        "conn_id": "slurm_default", "cluster": "b", "job_id": "7", "job_name": "npa-x-0123456789-t1",
+        "login_host": "h:22", "results_dir": "/r/x", "stdout_path": "/r/x.out", "stderr_path": "/r/x.err",
+        "try_number": 1, "script_path": "/r/sbatch/npa-x-0123456789-t1.sbatch", "env_file": "/r/x/.npa-secrets.env",
+    }  # fmt: skip
+    with caplog.at_level("INFO", logger=plugin.__name__):
+        plugin.cancel_slurm_job(handle)
+    marker = "/r/sbatch/npa-x-0123456789-t1.sbatch.npa-cancelled"
+    assert calls == [("b", "7", marker, ("/r/x/.npa-secrets.env",))]  # on the job's cluster, its sidecar shredded
+    assert "had already ended: nothing to cancel" in caplog.text and "Cancelled" not in caplog.text

@@ -11,12 +11,23 @@ Every command is bash: the hook runs each one under bash whatever the login user
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from collections.abc import Iterable, Sequence
 
+from npa_airflow.common.checks import fullmatch_or_raise
+from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.commands.records import SACCT_FIELDS, SQUEUE_FORMAT, TAIL_END, TAIL_MARK
+from npa_airflow.slurm.commands.records import (
+    CANCEL_BY_AIRFLOW,
+    CANCEL_STATE,
+    CANCEL_USER,
+    SACCT_FIELDS,
+    SQUEUE_FORMAT,
+    TAIL_END,
+    TAIL_MARK,
+)
 from npa_airflow.slurm.commands.validation import (
     cluster_args,
     job_id_list,
@@ -91,6 +102,10 @@ def build_find_by_name_squeue(names: Iterable[str], cluster: str | None = None) 
 # scancel
 
 
+CANCEL_MARKER_SUFFIX = ".npa-cancelled"
+_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}")
+
+
 def build_cancel(job_id: str, cluster: str | None = None) -> list[str]:
     return ["scancel", *cluster_args(cluster), validate_job_id(job_id)]
 
@@ -121,6 +136,52 @@ def build_shred_files(paths: Sequence[str]) -> str:
         quoted = shlex.quote(validate_remote_path(path, "file to shred"))
         parts.append(f"if [ -e {quoted} ]; then {{ shred -u -- {quoted} || rm -f -- {quoted}; }} >/dev/null 2>&1; fi")
     return "; ".join([*parts, ":"])
+
+
+def build_cancel_by_name(job_name: str, user: str, cluster: str | None = None) -> list[str]:
+    """scancel of ``user``'s jobs named exactly ``job_name``; with no such job it does nothing and exits 0."""
+    checked = fullmatch_or_raise(user, _USER_RE, f"user={user!r} is not a user name scancel --user accepts")
+    return ["scancel", *cluster_args(cluster), f"--name={validate_job_name(job_name)}", f"--user={checked}"]
+
+
+def cancel_marker_for(script_path: str) -> str:
+    """The file Airflow creates before it cancels the job submitted from ``script_path``.
+
+    A later try reads it to tell Airflow's cancels from anyone else's, and the submission command reads it
+    around sbatch so that a task killed while sbatch runs never leaves the job behind.
+    """
+    return validate_remote_path(script_path, "script path") + CANCEL_MARKER_SUFFIX
+
+
+def build_record_cancel(marker: str) -> str:
+    """Silent fragment that creates ``marker`` (and its directory); it never fails, so what follows always runs."""
+    path = validate_remote_path(marker, "cancel marker")
+    return f"{{ mkdir -p -- {shlex.quote(posixpath.dirname(path))} && : > {shlex.quote(path)}; }} 2>/dev/null"
+
+
+def build_cancel_origin(job_id: str, marker: str | None, cluster: str | None = None) -> str:
+    """Who cancelled a job: whether Airflow's marker exists, sacct's State ("CANCELLED by <uid>") and that
+    uid's user name. Read by :func:`npa_airflow.slurm.commands.parsers.parse_cancel_origin`."""
+    sacct = ["sacct", "-X", "--noheader", "--parsable2", *cluster_args(cluster), "-j", validate_job_id(job_id)]
+    parts = []
+    if marker is not None:
+        quoted = shlex.quote(validate_remote_path(marker, "cancel marker"))
+        parts.append(f"[ ! -e {quoted} ] || echo {CANCEL_BY_AIRFLOW}")
+    parts += [
+        f"state=$({shlex.join([*sacct, '-o', 'State'])} 2>/dev/null | head -n 1)",
+        f'printf "{CANCEL_STATE} %s\\n" "$state"',
+        'uid=${state#CANCELLED by }; case $uid in ""|*[!0-9]*) uid= ;; esac',
+        f'[ -z "$uid" ] || printf "{CANCEL_USER} %s %s\\n" "$uid" "$(getent passwd "$uid" | cut -d: -f1)"',
+    ]
+    return "; ".join(parts)
+
+
+def build_submit_time(job_id: str, cluster: str | None = None) -> str:
+    """A job's submit time as "id|epoch seconds" lines, from sacct and from squeue (accounting may lag)."""
+    job = validate_job_id(job_id)
+    sacct = ["sacct", "-X", "--noheader", "--parsable2", *cluster_args(cluster), "-j", job, "-o", "JobID,Submit"]
+    squeue = ["squeue", "-h", "-t", "all", *cluster_args(cluster), f"--jobs={job}", "-o", "%i|%V"]
+    return f"export SLURM_TIME_FORMAT=%s; {shlex.join(sacct)} 2>/dev/null; {shlex.join(squeue)} 2>/dev/null"
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -218,6 +218,26 @@ def merge_live_states(
     return merged
 
 
+def parse_submit_time(stdout: str, job_id: str) -> float | None:
+    """The submit time (epoch seconds) of ``job_id`` in :func:`builders.build_submit_time` output, else None."""
+    times = [
+        int(m.group(2))
+        for m in re.finditer(r"^([^|\s]+)\|([0-9]{1,12})\s*$", stdout, re.MULTILINE)
+        if m.group(1) == job_id
+    ]
+    return float(min(times)) if times else None
+
+
+def parse_cancel_origin(stdout: str) -> records.CancelOrigin:
+    """Read :func:`builders.build_cancel_origin` output."""
+    lines = stdout.split("\n")
+    state = next((x[len(records.CANCEL_STATE) + 1 :].strip() for x in lines if x.startswith(records.CANCEL_STATE)), "")
+    user_line = next((x.split(" ", 2)[1:] for x in lines if x.startswith(records.CANCEL_USER + " ")), [])
+    uid = user_line[0] if user_line and user_line[0].isdigit() else None
+    user = user_line[1].strip() if len(user_line) > 1 and user_line[1].strip() else None
+    return records.CancelOrigin(by_airflow=records.CANCEL_BY_AIRFLOW in lines, state=state, uid=uid, user=user)
+
+
 def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[records.LogChunk]:
     """Decode the frames printed by :func:`build_tail_logs`, one records.LogChunk per request, in order."""
     lines = stdout.split(b"\n")

@@ -20,6 +20,11 @@ SQUEUE_FORMAT = "|".join(SQUEUE_FIELDS)
 TAIL_MARK = "NPA-TAIL"
 TAIL_END = "NPA-TAIL-END"
 
+# Lines of the cancel-origin command (builders.build_cancel_origin).
+CANCEL_BY_AIRFLOW = "NPA_CANCEL_BY_AIRFLOW"
+CANCEL_STATE = "NPA_CANCEL_STATE"
+CANCEL_USER = "NPA_CANCEL_USER"
+
 
 @dataclass(frozen=True)
 class SubmitResult:
@@ -38,6 +43,31 @@ class SlurmJobInfo:
     node_list: str | None
     reason: str | None
     source: str  # "sacct" | "squeue"
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """One state query: the jobs found, and the ids that sacct and squeue both answered they do not know."""
+
+    states: dict[str, SlurmJobInfo]
+    absent: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class CancelOrigin:
+    """Who cancelled a job: Airflow (its marker exists), or the uid in sacct's "CANCELLED by <uid>"."""
+
+    by_airflow: bool
+    state: str  # sacct's State, e.g. "CANCELLED by 0" ("" when accounting has no record)
+    uid: str | None = None
+    user: str | None = None
+
+    def describe(self) -> str:
+        if self.by_airflow:
+            return "by Airflow"
+        if self.uid is None:
+            return f"outside Airflow (sacct: {self.state or 'no record'})"
+        return f"outside Airflow by uid {self.uid}" + (f" ({self.user})" if self.user else "")
 
 
 @dataclass(frozen=True)

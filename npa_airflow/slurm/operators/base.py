@@ -21,14 +21,14 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import SLURM_TRY_XCOM_KEY, SLURM_XCOM_KEY, SlurmJobLink
-from npa_airflow.common.retry import Backoff, Budget, retry
-from npa_airflow.exceptions import NpaConnectionError, NpaHostKeyError, NpaRemoteError, NpaValidationError
+from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.operators.cancel import JobCancelMixin
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob
 from npa_airflow.slurm.operators.job_secrets import JobSecretsMixin
 from npa_airflow.slurm.operators.submission import AdoptOrSubmitMixin
@@ -42,17 +42,9 @@ if TYPE_CHECKING:
 
 ON_PREVIOUS_TRY = ("reattach", "cancel")
 DEFAULT_PENDING_ALLOWANCE = timedelta(hours=24)
-OUTAGE_RETRY_SECONDS = 90.0  # cluster calls before submit ride out a short slurmctld/sshd outage
-OUTAGE_BACKOFF = Backoff(base=2.0, cap=15.0, jitter=0.5)
-T = TypeVar("T")
 
 
-def _outage(exc: BaseException) -> bool:
-    """A failure worth waiting out: the cluster did not answer. A host key problem never is."""
-    return isinstance(exc, (NpaRemoteError, NpaConnectionError)) and not isinstance(exc, NpaHostKeyError)
-
-
-class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
+class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, BaseOperator):
     """Run one Slurm job for this task instance and wait for it; see the module docstring.
 
     :param slurm_conn_id: the Slurm connection (login hosts, user, key, results root...).
@@ -61,7 +53,8 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
     :param on_previous_try: a live job of an earlier try is adopted ("reattach") or cancelled ("cancel").
     :param success_marker: for COMPLETED jobs, also require this file (relative to the results dir).
     :param max_wait: how long after submission to wait before cancelling the job and failing the task
-        (default: the execution timeout, else the wall time plus 24 h of queueing).
+        (default: the execution timeout, else the wall time plus 24 h of queueing). It counts from the job's
+        submission as Slurm recorded it, so a retry that reattaches to an earlier try's job gets no new budget.
     :param stream_logs: copy the job's stdout/stderr into the task log as it appears.
     :param cancel_on_kill: scancel the job when the task is killed (mark failed/success, clear).
     """
@@ -102,6 +95,8 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
         self.stream_logs = stream_logs
         self.cancel_on_kill = cancel_on_kill
         self._handle: SlurmJobHandle | None = None
+        self._in_flight: PreparedJob | None = None
+        self._killed = False
         self._done = False
         # How the current step prepares the job of another name (an earlier try's, to reattach to it).
         self._prepare_named: Callable[[str], PreparedJob] | None = None
@@ -215,30 +210,6 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
         hook = self.get_hook()
         return hook.on_cluster(handle.cluster) if handle.cluster else hook
 
-    # -- cluster calls that ride out a short outage ---------------------------------------------------------
-
-    def _through_outage(self, what: str, call: Callable[[], T]) -> T:
-        """Retry `call` while the cluster does not answer, with jittered backoff, for OUTAGE_RETRY_SECONDS."""
-        return retry(
-            call,
-            transient=_outage,
-            backoff=OUTAGE_BACKOFF,
-            budget=Budget(seconds=OUTAGE_RETRY_SECONDS),
-            on_retry=lambda exc, delay: self.log.warning("%s failed (%s); retrying in %.0f s", what, exc, delay),
-        )
-
-    def cluster_read(self, what: str, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a read-only hook call through a short outage.
-
-        Nothing has been submitted yet, so waiting out a short outage is better than burning a retry.
-        """
-        return self._through_outage(what, lambda: call(*args, **kwargs))
-
-    def cancel_through_outage(self, hook: SlurmHook, job_id: str, what: str, *, shred: Sequence[str] = ()) -> None:
-        """scancel `job_id`, riding out a short outage (scancel of an ended job is not an error); then shred the
-        job's secret files `shred` (a cancelled job never runs again)."""
-        self._through_outage(what, lambda: hook.cancel(job_id, shred=shred))
-
     # -- execute -----------------------------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
@@ -266,8 +237,10 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
         self.check_prepared_job(job)
         self._show_submitted(job)
         self.check_on_cluster(hook, job)
+        self._handle, self._in_flight = None, job  # on_kill cancels by this job's name until its id is known
         handle = self._adopt_or_submit(context, hook, job)
-        self._handle = handle
+        self._handle, self._in_flight = handle, None
+        self.stop_if_killed(hook, handle)
         context["ti"].xcom_push(key=SLURM_XCOM_KEY, value=handle.to_dict())
         context["ti"].xcom_push(key=SLURM_TRY_XCOM_KEY, value=self.ti_identity(context)[4])
         self.log.info(
@@ -371,7 +344,7 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
 
     def complete_job(self, context: Context, event: dict[str, Any] | None, *, own_job_name: str) -> Any:
         """Turn the wait's event into the task's outcome; `own_job_name` is the job this step itself submits."""
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException
 
         from npa_airflow.slurm.operators.bad_nodes import forget_bad_nodes
 
@@ -383,31 +356,63 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
             self.log.info("%s completed", job)
             return handle.to_dict()
         hook = self.job_hook(handle)
-        if status == "deadline":
-            self._cancel_job(hook, handle, "its deadline passed")
+        if status in ("deadline", "unsatisfiable", "vanished"):
             self._done = True
-            raise AirflowException(
-                f"{job} did not finish before its deadline (max_wait / execution_timeout); it was cancelled"
-            )
-        if status == "unsatisfiable":
-            self._cancel_job(hook, handle, f"Slurm says it can never start ({event.get('reason')})")
-            self._done = True
-            raise AirflowFailException(
-                f"{event['message']}; it was cancelled. Change the request (nodes, gpus_per_node, --mem, "
-                "--constraint, partition, account/QOS) to what the cluster offers and run the task again."
-            )
-        if status == "canceled" and handle.job_name != own_job_name:
-            # This try had reattached to an earlier try's job, and that job was cancelled: the user cleared the
-            # earlier try (its trigger's on_kill cancels). A clear means "run again".
-            self.log.warning("%s of an earlier try was cancelled (task cleared); submitting a new job", job)
-            return self.restart_after_clear(context)
-        self._done = True
+            raise self._ended_by_the_wait(hook, handle, event, job)
         if status == "canceled":
-            raise AirflowFailException(f"{job} was cancelled outside Airflow ({event.get('native_state')})")
+            return self._after_cancel(context, hook, handle, event, own_job_name)
+        self._done = True
         tail = self._failure_tail(hook, handle, event)
         if status == "marker_missing":
             raise AirflowFailException(f"{event['message']}\n--- last lines of the job's output ---\n{tail}")
         return self._fail_for_failed_job(context, hook, event, job, tail)
+
+    def _ended_by_the_wait(self, hook: SlurmHook, handle: SlurmJobHandle, event: dict[str, Any], job: str) -> Exception:
+        """The error for a wait that ended before the job did: its deadline passed, Slurm can never start it, or
+        the cluster lost it. A job that could not be cancelled leaves the task retryable, so a retry tries again."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        status = event["status"]
+        if status == "vanished":
+            return AirflowException(
+                f"{event['message']}. A retry looks for the job by name and submits a new one if it is gone."
+            )
+        if status == "deadline":
+            report = self._cancel_job(hook, handle, "its deadline passed")
+            return AirflowException(
+                f"{job} did not finish before its deadline (max_wait / execution_timeout, counted from the job's "
+                f"submission); {report.says}"
+            )
+        report = self._cancel_job(hook, handle, f"Slurm says it can never start ({event.get('reason')})")
+        message = (
+            f"{event['message']}; {report.says}. Change the request (nodes, gpus_per_node, --mem, --constraint, "
+            "partition, account/QOS) to what the cluster offers and run the task again."
+        )
+        return AirflowFailException(message) if report.done else AirflowException(message)
+
+    def _after_cancel(
+        self, context: Context, hook: SlurmHook, handle: SlurmJobHandle, event: dict[str, Any], own_job_name: str
+    ) -> Any:
+        """The job was cancelled. Outside Airflow: fail, naming who. By Airflow, for a job this try had adopted
+        from an earlier one: the user cleared that try (its trigger's on_kill cancels), which means "run again"."""
+        from npa_airflow.slurm.operators.job import fail_task
+
+        adopted = handle.job_name != own_job_name
+        whose = " of an earlier try" if adopted else ""
+        self.fail_unless_cancelled_by_airflow(hook, handle.job_id, handle.job_name, handle.script_path, whose)
+        if adopted:
+            self.log.warning(
+                "Slurm job %s (%s) of an earlier try was cancelled by Airflow (the task was cleared); submitting "
+                "a new job",
+                handle.job_id,
+                handle.job_name,
+            )
+            return self.restart_after_clear(context)
+        self._done = True
+        raise fail_task(
+            f"Slurm job {handle.job_id} ({handle.job_name}) was cancelled by Airflow while this try waited for it "
+            f"({event.get('native_state')}): another try or a kill of the task cancelled it"
+        )
 
     def restart_after_clear(self, context: Context) -> Any:
         """Run this try from its first step again, as if it had just started (its own job, not an adopted one)."""
@@ -454,24 +459,3 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobSecretsMixin, BaseOperator):
         except Exception as exc:
             self.log.warning("Could not read the end of the job's log: %s", exc)
             return ""
-
-    # -- cancel ------------------------------------------------------------------------------------------
-
-    def _cancel_job(self, hook: SlurmHook, handle: SlurmJobHandle, why: str, *, through_outage: bool = True) -> None:
-        """scancel the job, logging (not raising) a failure; `through_outage=False` makes one attempt."""
-        shred = (handle.env_file,) if handle.env_file else ()
-        try:
-            if through_outage:
-                self.cancel_through_outage(hook, handle.job_id, "cancelling", shred=shred)
-            else:
-                hook.cancel(handle.job_id, shred=shred)
-            self.log.info("Cancelled Slurm job %s (%s)", handle.job_id, why)
-        except Exception as exc:
-            self.log.error("Could not cancel Slurm job %s (%s): %s", handle.job_id, why, exc)
-
-    def on_kill(self) -> None:
-        """The worker is killing the task (non-deferrable wait, or between submit and defer): scancel."""
-        if self._handle is None or self._done or not self.cancel_on_kill:
-            return
-        # The worker is being stopped: one attempt, no waiting out an outage.
-        self._cancel_job(self.job_hook(self._handle), self._handle, "the task was killed", through_outage=False)

@@ -204,10 +204,10 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
         hook = self.job_hook(handle)
         partition = self.partition or hook.config.cpu_partition or "?"
         reason = str(event.get("reason") or "QOSGrpMemLimit")
-        self._cancel_job(hook, handle, f"pending on {reason}")
+        report = self._cancel_job(hook, handle, f"pending on {reason}")
         self._done = True
         advice = qos_memory_advice(handle.job_id, reason, partition, self.cpus, str(self.mem))
-        raise fail_task(advice or f"conversion job {handle.job_id} is pending on {reason}; it was cancelled")
+        raise fail_task(f"{advice or f'conversion job {handle.job_id} is pending on {reason}'} ({report.says})")
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         """The conversion job ended: the image must now be a valid .sqsh at the target."""

@@ -84,8 +84,12 @@ def handle_for(
     try_number: int,
     retry_of: str | None,
     cluster: str | None = None,
+    submitted_at: float | None = None,
 ) -> SlurmJobHandle:
-    """The handle of `job` submitted as `job_id` by try `try_number` (log paths with %j/%x resolved)."""
+    """The handle of `job` submitted as `job_id` by try `try_number` (log paths with %j/%x resolved).
+
+    `submitted_at` is Slurm's own submit time of an adopted job; a job submitted just now gets the clock's.
+    """
     from npa_airflow.slurm.handle import SlurmJobHandle
 
     host, port = cfg.hosts[0]
@@ -100,8 +104,9 @@ def handle_for(
         stderr_path=job.stderr_path.replace("%j", str(job_id)).replace("%x", job.job_name),
         try_number=try_number,
         retry_of=retry_of,
-        submitted_at=time.time(),
+        submitted_at=submitted_at if submitted_at is not None else time.time(),
         env_file=job.env_file,
+        script_path=job.script_path,
     )
 
 

@@ -1,5 +1,9 @@
 """Getting exactly one job for a step: adopt this try's or an earlier try's job, or submit a new one, and
-reconcile an ambiguous submission by exact job name. Mixed into `SlurmJobOperatorBase`."""
+reconcile an ambiguous submission by exact job name. Mixed into `SlurmJobOperatorBase`.
+
+An adopted job keeps Slurm's own submit time in its handle, so `max_wait` counts from the first submission
+across reattaches. An earlier try's job that was cancelled outside Airflow is never silently replaced.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common.retry import pause
+from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
 from npa_airflow.slurm.operators.job import PreparedJob, handle_for
 
@@ -32,7 +37,9 @@ class AdoptOrSubmitMixin:
     _prepare_named: Callable[[str], PreparedJob] | None
     ti_identity: Callable[[Context], tuple[str, str, str, int | None, int]]
     cluster_read: Callable[..., Any]
-    cancel_through_outage: Callable[..., None]
+    cancel_through_outage: Callable[..., str]
+    stop_if_killed: Callable[..., None]
+    fail_unless_cancelled_by_airflow: Callable[..., None]
 
     def _adopt_or_submit(self, context: Context, hook: SlurmHook, job: PreparedJob) -> SlurmJobHandle:
         from npa_airflow.common.naming import earlier_try_names
@@ -53,21 +60,41 @@ class AdoptOrSubmitMixin:
             return try_of.get(j.job_name or "", 1)
 
         live = sorted((j for j in found if not j.state.is_terminal), key=by_try)
-        if live and self.on_previous_try == "reattach":
-            return self._reattach(hook, job, live, by_try)
+        previous = sorted(found, key=by_try)
+        if self.on_previous_try == "reattach":
+            if live:
+                return self._reattach(hook, job, live, by_try)
+            if previous and previous[-1].state is JobState.CANCELED:  # it would have been adopted: whose cancel?
+                last = previous[-1]
+                whose = " of an earlier try"
+                script = self._script_of(job, last.job_name)
+                self.fail_unless_cancelled_by_airflow(hook, last.job_id, last.job_name or "", script, whose)
         if live and job.required_paths:  # never cancel a running job for a submission that cannot happen
             self._require_inputs(hook, job, live[-1])
         for j in live:
             self.log.info(
                 "Cancelling Slurm job %s (%s) of an earlier try (on_previous_try='cancel')", j.job_id, j.job_name
             )
-            self.cancel_through_outage(
-                hook, j.job_id, "cancelling an earlier try", shred=self._secret_files_of(j.job_name, job)
-            )
+            script = self._script_of(job, j.job_name)
+            shred = self._secret_files_of(j.job_name, job)
+            self.cancel_through_outage(hook, j.job_id, "cancelling an earlier try", script, shred=shred)
 
-        previous = sorted(found, key=by_try)
         retry_of = previous[-1].job_id if previous else None
         return self._submit(hook, job, try_number, retry_of)
+
+    def _script_of(self, job: PreparedJob, name: str | None) -> str:
+        """The script path of the job named `name` (an earlier try's, or this one's)."""
+        if not name or name == job.job_name or self._prepare_named is None:
+            return job.script_path
+        return self._prepare_named(name).script_path
+
+    def _submit_time(self, hook: SlurmHook, job_id: str) -> float | None:
+        """Slurm's submit time of an adopted job: its max_wait counts from there, not from this try."""
+        try:
+            return self.cluster_read("reading the job's submit time", hook.submit_time, job_id)
+        except Exception as exc:
+            self.log.warning("Could not read when Slurm job %s was submitted (%s); counting from now", job_id, exc)
+            return None
 
     def _reattach(
         self, hook: SlurmHook, job: PreparedJob, live: list[SlurmJobInfo], try_of: Callable[[SlurmJobInfo], int]
@@ -78,7 +105,8 @@ class AdoptOrSubmitMixin:
             self.log.warning("Cancelling duplicate live job %s (%s) of an earlier try", extra.job_id, extra.job_name)
             # A duplicate of the same name shares the kept job's sidecar: that one stays.
             shred = self._secret_files_of(extra.job_name, job) if extra.job_name != keep.job_name else ()
-            self.cancel_through_outage(hook, extra.job_id, "cancelling a duplicate", shred=shred)
+            script = self._script_of(job, extra.job_name)
+            self.cancel_through_outage(hook, extra.job_id, "cancelling a duplicate", script, shred=shred)
         self.log.info(
             "Reattaching to Slurm job %s (%s) of an earlier try instead of submitting a new one",
             keep.job_id,
@@ -86,7 +114,8 @@ class AdoptOrSubmitMixin:
         )
         name = keep.job_name or job.job_name
         old = self._prepare_named(name) if self._prepare_named is not None else job
-        return self._handle_of(hook, old, keep.job_id, try_number=try_of(keep), retry_of=None)
+        submitted = self._submit_time(hook, keep.job_id)
+        return self._handle_of(hook, old, keep.job_id, try_number=try_of(keep), retry_of=None, submitted_at=submitted)
 
     def _require_inputs(self, hook: SlurmHook, job: PreparedJob, running: SlurmJobInfo) -> None:
         exists = self.cluster_read("checking inputs", hook.paths_exist, list(job.required_paths))
@@ -99,6 +128,7 @@ class AdoptOrSubmitMixin:
 
     def _submit(self, hook: SlurmHook, job: PreparedJob, try_number: int, retry_of: str | None) -> SlurmJobHandle:
         for attempt in (1, 2):
+            self.stop_if_killed(hook)
             try:
                 result = hook.stage_and_submit(
                     [*job.files, self._script_file(job)],
@@ -106,6 +136,7 @@ class AdoptOrSubmitMixin:
                     sbatch_args=list(job.sbatch_args),
                     required_paths=list(job.required_paths),
                     mkdirs=list(job.mkdirs),
+                    job_name=job.job_name,  # a kill while sbatch runs is honoured on the login host
                 )
             except NpaAmbiguousSubmission as exc:
                 self.log.warning("Submission of %s is ambiguous (%s); reconciling by job name", job.job_name, exc)
@@ -126,6 +157,7 @@ class AdoptOrSubmitMixin:
         """After an ambiguous sbatch: adopt the one job with this name, fail on several, None if none."""
         deadline = time.monotonic() + RECONCILE_WINDOW_SECONDS
         while True:
+            self.stop_if_killed(hook)  # on_kill has cancelled this name; the job may not even exist yet
             try:
                 found = [j for j in hook.find_jobs_by_name([job.job_name]) if j.job_name == job.job_name]
             except Exception as exc:  # the cluster may still be unreachable: keep trying within the window
@@ -149,13 +181,14 @@ class AdoptOrSubmitMixin:
         if len(ids) > 1:
             for job_id in ids:
                 shred = (job.env_file,) if job.env_file and job_id == ids[-1] else ()  # they share one sidecar
-                self.cancel_through_outage(hook, job_id, "cancelling a duplicate", shred=shred)
+                self.cancel_through_outage(hook, job_id, "cancelling a duplicate", job.script_path, shred=shred)
             raise NpaAmbiguousSubmission(
                 f"{len(ids)} Slurm jobs are named {job.job_name} ({', '.join(ids)}); all were cancelled so no "
                 "duplicate keeps running. Retry the task to submit exactly one."
             )
         self.log.info("Adopting Slurm job %s (%s): %s", ids[0], job.job_name, why)
-        return self._handle_of(hook, job, ids[0], try_number=try_number, retry_of=None)
+        submitted = self._submit_time(hook, ids[0])
+        return self._handle_of(hook, job, ids[0], try_number=try_number, retry_of=None, submitted_at=submitted)
 
     def _secret_files_of(self, job_name: str | None, job: PreparedJob) -> tuple[str, ...]:
         """The secrets sidecar of the job named `job_name` (an earlier try's), shredded when it is cancelled."""
@@ -165,7 +198,7 @@ class AdoptOrSubmitMixin:
         return (env_file,) if env_file else ()
 
     def _handle_of(self, hook: SlurmHook, job: PreparedJob, job_id: str, **details: Any) -> SlurmJobHandle:
-        """The handle of `job` as `job_id`; `details`: try_number, retry_of and, from sbatch, cluster."""
+        """The handle of `job` as `job_id`; `details`: try_number, retry_of, submitted_at and, from sbatch, cluster."""
         return handle_for(self.slurm_conn_id, hook.config, job, job_id, **details)
 
     @staticmethod

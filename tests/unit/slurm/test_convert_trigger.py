@@ -71,8 +71,9 @@ async def test_convert_trigger_waits_through_other_pending_reasons(monkeypatch) 
 async def test_a_qos_memory_hold_has_its_own_status_and_is_cancelled_by_the_trigger(monkeypatch) -> None:
     cancelled: list[str] = []
 
-    async def acancel(job_id: str, *, shred: tuple[str, ...] = ()) -> None:
+    async def acancel(job_id: str, *, marker: str | None = None, shred: tuple[str, ...] = ()) -> str:
         cancelled.append(job_id)
+        return "cancelled"
 
     updates = [PollUpdate(cycle=1, state=JobState.PENDING, info=_info(JobState.PENDING, "PENDING", "QOSGrpMemLimit"))]
     reg = Registration(job_id="42", cursors=[], offsets_file=None, interval=2.0, submitted_at=1.0)

@@ -21,6 +21,7 @@ GOOD = {
     "try_number": 1,
     "retry_of": None,
     "submitted_at": 1796216400.25,
+    "script_path": "/lustre/results/sbatch/npa-train-fit-0123456789-t1.sbatch",
 }
 
 
@@ -33,9 +34,9 @@ def test_round_trip_through_json():
 
 
 def test_optional_fields_default():
-    data = {k: v for k, v in GOOD.items() if k not in ("retry_of", "submitted_at")}
-    handle = SlurmJobHandle.from_dict(data)
-    assert (handle.retry_of, handle.submitted_at) == (None, None)
+    data = {k: v for k, v in GOOD.items() if k not in ("retry_of", "submitted_at", "script_path")}
+    handle = SlurmJobHandle.from_dict(data)  # a handle written before script_path existed still reads
+    assert (handle.retry_of, handle.submitted_at, handle.script_path) == (None, None, None)
 
 
 def test_frozen():

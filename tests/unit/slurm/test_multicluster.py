@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from npa_airflow.common.states import JobState
-from npa_airflow.exceptions import NpaRemoteError, NpaValidationError
+from npa_airflow.exceptions import NpaCancelFailed, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm import poller as poller_mod
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.handle import SlurmJobHandle
@@ -80,7 +80,8 @@ def recording_hook(cluster_name: str | None, handle_cluster: str | None = None) 
 
 async def every_job_command(hook: SlurmHook) -> None:
     await hook.ajob_states(["7"])
-    await hook.acancel("7")
+    with pytest.raises(NpaCancelFailed):  # the recorder's empty answers: neither squeue nor sacct knows job 7
+        await hook.acancel("7")
     await hook.afind_jobs_by_name(["npa-x-0123456789-t1"])
     await hook.anodes()
     await hook.apartitions()
@@ -95,7 +96,8 @@ async def test_every_slurm_command_names_the_handles_cluster_else_the_connection
 ):
     hook, sent = recording_hook(connection_cluster, handle_cluster)
     await every_job_command(hook)
-    assert [c.split()[0] for c in sent] == ["sacct", "squeue", "scancel", "sacct", "squeue", "scontrol", "scontrol"]
+    expected = ["sacct", "squeue", "scancel", "squeue", "sacct", "sacct", "squeue", "scontrol", "scontrol"]
+    assert [c.split()[0] for c in sent] == expected
     for command in sent:
         assert (flag in command) if flag else ("-M" not in command.split()), command
     assert await hook.atarget_cluster() == (handle_cluster or connection_cluster)

@@ -232,3 +232,30 @@ def test_adaptive_interval():
     pending.state, pending.state_since = JobState.PENDING, now_mono - 1000
     assert pending.desired_interval(now_wall, now_mono) == poller_mod.MAX_INTERVAL_SECONDS
     assert reg._next_delay() == poller_mod.MAX_INTERVAL_SECONDS  # nobody registered
+
+
+async def test_absence_counts_only_unbroken_answers_without_the_job(double):
+    """A job both tools answer they do not know is absent; a failed query or a sighting starts the count over."""
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    reg = poller.register("404")
+    double.absent.add("404")
+    await poller.cycle()
+    (first,) = drain(reg)
+    assert first.absent_for is not None  # counting from the first answer
+    since = reg.absent_since
+    await poller.cycle()
+    (second,) = drain(reg)
+    assert reg.absent_since == since and second.absent_for >= first.absent_for
+    double.fail_states = 1  # the query fails: no answer, the count starts over
+    await poller.cycle()
+    (failed,) = drain(reg)
+    assert failed.absent_for is None and reg.absent_since is None
+    double.absent.clear()  # accounting did not answer (sacct down) and squeue lacks it: unknown, not absent
+    await poller.cycle()
+    (unknown,) = drain(reg)
+    assert unknown.absent_for is None and unknown.info is None
+    double.absent.add("404")
+    double.states["404"] = JobState.RUNNING  # seen again
+    await poller.cycle()
+    (seen,) = drain(reg)
+    assert seen.absent_for is None and seen.state is JobState.RUNNING

@@ -17,10 +17,10 @@ from airflow.models.trigger import Trigger
 
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm import poller as poller_mod
+from npa_airflow.slurm.log_lines import LineSplitter
 from npa_airflow.slurm.poller import get_poller, offsets_file_for, reset_pollers
 from npa_airflow.slurm.triggers import (
     SlurmJobTrigger,
-    _LineSplitter,
     make_event_payload,
     validate_event,
 )
@@ -128,7 +128,7 @@ def test_event_validation(tmp_path):
 
 
 def test_line_splitter_keeps_partial_lines_and_replaces_bad_utf8():
-    s = _LineSplitter(offset=100)
+    s = LineSplitter(offset=100)
     assert s.feed(b"one\ntw", 106) == ["one"]
     assert s.committed == 104  # the partial "tw" is not committed
     assert s.feed(b"o\r\n\xff\xfebad\n", 115) == ["two", "\ufffd\ufffdbad"]
@@ -447,3 +447,40 @@ async def test_a_clearing_reason_keeps_waiting(tmp_path, double):
     trigger = make_trigger(handle_for(tmp_path), double, deadline=time.time() + 0.5)
     event = await first_event(trigger, double)
     assert event.payload["status"] == "deadline"
+
+
+async def test_a_job_sacct_and_squeue_keep_not_knowing_ends_the_wait_as_vanished(tmp_path, double):
+    double.absent.add("42")
+    trigger = make_trigger(handle_for(tmp_path), double, vanished_after=0.05)
+    payload = (await first_event(trigger, double)).payload
+    assert payload["status"] == "vanished"
+    assert "neither sacct nor squeue" in payload["message"] and "never seen by this wait" in payload["message"]
+    assert validate_event(payload) is payload
+
+
+async def test_a_job_merely_missing_while_accounting_is_down_is_never_vanished(tmp_path, double):
+    """Without an answer from both tools the job is only unknown: the wait goes on to its deadline."""
+    trigger = make_trigger(handle_for(tmp_path), double, vanished_after=0.0, deadline=time.time() + 0.5)
+    payload = (await first_event(trigger, double)).payload
+    assert payload["status"] == "deadline"
+
+
+async def test_the_trigger_records_airflows_cancel_and_retries_an_unanswered_one(tmp_path, double, monkeypatch):
+    from npa_airflow.exceptions import NpaRemoteError
+    from npa_airflow.slurm import triggers
+
+    monkeypatch.setattr(triggers, "CANCEL_BACKOFF", triggers.Backoff(base=0.0, cap=0.0, jitter=0.0))
+    markers, answers = [], [NpaRemoteError("Unable to contact slurm controller"), "cancelled"]
+
+    async def acancel(job_id, *, marker=None, shred=()):
+        markers.append(marker)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    double.acancel = acancel
+    get_poller("slurm_test", lambda _: double)
+    trigger = make_trigger(handle_for(tmp_path, script_path="/r/sbatch/npa-dag-task-abc1234567-t1.sbatch"), double)
+    assert await trigger._cancel("its deadline passed") == "cancelled"
+    assert markers == ["/r/sbatch/npa-dag-task-abc1234567-t1.sbatch.npa-cancelled"] * 2

@@ -101,6 +101,7 @@ def test_handle_for_resolves_the_log_paths_and_names_the_first_login_host(monkey
         try_number=2,
         retry_of="986",
         submitted_at=1234.5,
+        script_path="/r/s.sbatch",
     )
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
 from npa_airflow.slurm.commands import SubmitResult
-from npa_airflow.slurm.operators import base as ops
+from npa_airflow.slurm.operators import cancel as cancel_mixin
 from npa_airflow.slurm.operators.bad_nodes import BAD_NODES_KEY
 from npa_airflow.slurm.triggers import make_event_payload
 from tests.harness.slurm_operator_doubles import (
@@ -197,7 +199,7 @@ def test_read_only_queries_ride_out_a_short_controller_outage(monkeypatch):
 
     with pytest.raises(NpaHostKeyError):  # never retried
         op.cluster_read("reading partitions", untrusted)
-    monkeypatch.setattr(ops, "OUTAGE_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(cancel_mixin, "OUTAGE_RETRY_SECONDS", 0.0)
 
     def down():
         raise NpaRemoteError("slurm_load_partitions error: Unable to contact slurm controller")
@@ -272,3 +274,147 @@ def test_an_unsatisfiable_job_is_cancelled_and_fails_with_slurms_reason():
     with pytest.raises(AirflowFailException, match=r"Reason=BadConstraints.*cancelled.*--constraint"):
         op.execute_complete(context(), event)
     assert ("cancel", "101") in hook.calls
+
+
+# -- lifecycle edges: kills in flight, failed cancels, max_wait across reattach, cancels outside Airflow -------
+
+
+def test_a_kill_while_sbatch_runs_cancels_this_tries_job_by_name_and_stops_the_submission():
+    hook = HookDouble(submit_outcomes=[SubmitResult(job_id="101", cluster=None)])
+    op = make_op(hook)
+    submit = hook.stage_and_submit
+
+    def killed_meanwhile(files, script_path, **kwargs):
+        result = submit(files, script_path, **kwargs)
+        op.on_kill()  # Airflow's SIGTERM handler runs while sbatch is in flight
+        return result
+
+    hook.stage_and_submit = killed_meanwhile
+    op.render_template_fields(context())
+    with pytest.raises(AirflowException, match="killed while its Slurm job was being submitted; it was cancelled"):
+        op.execute(context())
+    marker = f"/shared/results/sbatch/{name(1)}.sbatch.npa-cancelled"
+    assert ("cancel_by_name", name(1), marker) in hook.calls  # this try's exact name, nothing broader
+    assert ("cancel", "101") in hook.calls  # and the id sbatch returned once the process resumed
+    assert next(c for c in hook.calls if c[0] == "submit")[3]["job_name"] == name(1)  # the login host honours it
+
+
+def test_a_kill_during_reconciliation_stops_it_after_cancelling_by_name():
+    hook = HookDouble(submit_outcomes=[NpaAmbiguousSubmission("connection lost")])
+    op = make_op(hook)
+    find, lookups = hook.find_jobs_by_name, []
+
+    def killed_while_looking(names):
+        lookups.append(names)
+        if len(lookups) == 2:  # the reconciliation's first lookup (the first one looks for earlier tries)
+            op.on_kill()
+        return find(names)
+
+    hook.find_jobs_by_name = killed_while_looking
+    op.render_template_fields(context())
+    with pytest.raises(AirflowException, match=r"killed while its Slurm job was being submitted$"):
+        op.execute(context())
+    assert [c[:2] for c in hook.calls if c[0].startswith("cancel")] == [("cancel_by_name", name(1))]
+    assert len([c for c in hook.calls if c[0] == "submit"]) == 1  # never submitted again
+
+
+def test_on_kill_before_anything_is_in_flight_does_nothing():
+    hook = HookDouble()
+    make_op(hook).on_kill()
+    assert hook.calls == []
+
+
+def test_a_deadline_cancel_that_fails_is_reported_and_leaves_the_task_retryable(monkeypatch):
+    from npa_airflow.exceptions import NpaCancelFailed
+
+    hook = HookDouble()
+
+    def refuse(job_id, *, marker=None, shred=()):
+        raise NpaCancelFailed("nothing was cancelled: slurmctld does not know Slurm job 101")
+
+    hook.cancel = refuse
+    op = make_op(hook)
+    with pytest.raises(AirflowException) as err:
+        op.execute_complete(context(), make_event_payload("deadline", handle_dict(), "late"))
+    assert not isinstance(err.value, AirflowFailException)
+    assert "could NOT be cancelled (nothing was cancelled" in str(err.value) and "it was cancelled" not in str(
+        err.value
+    )
+
+
+def test_an_unanswered_cancel_is_retried_before_it_counts_as_failed(monkeypatch):
+    from npa_airflow.exceptions import NpaRemoteError
+
+    monkeypatch.setattr("npa_airflow.common.retry.pause", lambda s: None)
+    hook = HookDouble()
+    answers = [NpaRemoteError("Unable to contact slurm controller"), "cancelled"]
+
+    def flaky(job_id, *, marker=None, shred=()):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    hook.cancel = flaky
+    with pytest.raises(AirflowException, match=r"deadline .*; it was cancelled$"):
+        make_op(hook).execute_complete(context(), make_event_payload("deadline", handle_dict(), "late"))
+    assert answers == []
+
+
+def test_a_reattached_job_keeps_slurms_submit_time_for_its_deadline():
+    hook = HookDouble(existing=[job("41", name(1), JobState.RUNNING)], submit_times={"41": 1_796_216_400.0})
+    op = make_op(hook, max_wait=timedelta(minutes=30))
+    trigger = run_execute(op, context(try_number=2))
+    assert trigger.handle["submitted_at"] == 1_796_216_400.0
+    assert trigger.deadline == 1_796_216_400.0 + 1800
+
+
+def test_an_earlier_try_job_cancelled_outside_airflow_is_not_resubmitted():
+    hook = HookDouble(
+        existing=[job("41", name(1), JobState.CANCELED)], submit_outcomes=[SubmitResult(job_id="42", cluster=None)]
+    )
+    op = make_op(hook)
+    op.render_template_fields(context(try_number=2))
+    with pytest.raises(AirflowFailException, match=r"Slurm job 41 \(.*-t1\) of an earlier try was cancelled outside "
+                       r"Airflow by uid 0 \(root\); it is not submitted again"):  # fmt: skip
+        op.execute(context(try_number=2))
+    assert not [c for c in hook.calls if c[0] == "submit"]
+    assert [c for c in hook.calls if c[0] == "run"]  # reported: a clear of the task now runs it again
+
+
+def test_an_earlier_try_job_airflow_cancelled_is_replaced():
+    hook = HookDouble(
+        existing=[job("41", name(1), JobState.CANCELED)], submit_outcomes=[SubmitResult(job_id="42", cluster=None)]
+    )
+    hook.cancelled_by_airflow.add("41")
+    trigger = run_execute(make_op(hook), context(try_number=2))
+    assert trigger.handle["job_id"] == "42" and trigger.handle["retry_of"] == "41"
+
+
+def canceled_event(job_id: str = "41") -> dict:
+    return make_event_payload(
+        "canceled", {**handle_dict(job_id), "try_number": 1}, f"Slurm job {job_id} ended CANCELLED",
+        state="CANCELED", native_state="CANCELLED",
+    )  # fmt: skip
+
+
+def test_a_reattached_job_cancelled_outside_airflow_fails_naming_who():
+    hook = HookDouble()
+    op = make_op(hook)
+    with pytest.raises(AirflowFailException, match=r"cancelled outside Airflow by uid 0 \(root\)"):
+        op.execute_complete(context(try_number=2), canceled_event())
+    assert not [c for c in hook.calls if c[0] == "submit"]
+
+
+def test_a_reattached_job_airflow_cancelled_for_a_clear_is_run_again():
+    hook = HookDouble(
+        existing=[job("41", name(1), JobState.CANCELED)], submit_outcomes=[SubmitResult(job_id="42", cluster=None)]
+    )
+    hook.cancelled_by_airflow.add("41")
+    op = make_op(hook)
+    op.render_template_fields(context(try_number=2))
+    from airflow.sdk.exceptions import TaskDeferred
+
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute_complete(context(try_number=2), canceled_event())
+    assert deferred.value.trigger.handle["job_id"] == "42"

@@ -24,8 +24,9 @@ class RecordingHook:
         self.config = CFG
         self.cancelled: list[str] = []
 
-    def cancel(self, job_id: str, *, shred: tuple[str, ...] = ()) -> None:
+    def cancel(self, job_id: str, *, marker: str | None = None, shred: tuple[str, ...] = ()) -> str:
         self.cancelled.append(job_id)
+        return "cancelled"
 
 
 def test_blocked_conversion_is_cancelled_with_the_seeds_advice(monkeypatch) -> None:

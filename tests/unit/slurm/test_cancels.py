@@ -1,0 +1,159 @@
+"""Checked cancels (npa_airflow.slurm.cancels): a cancel is reported only when it happened, the cancel marker is
+written before scancel, and a cancel by name can only ever reach this try's job. Slurm's answers are scripted
+here from what the local 22.05 cluster prints (tests/unit/slurm/samples); tests/reliability runs them for real."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import pytest
+
+from npa_airflow.exceptions import NpaCancelFailed, NpaRemoteError, NpaValidationError
+from npa_airflow.slurm import commands
+from npa_airflow.slurm.connection import SlurmConnectionConfig
+from npa_airflow.slurm.hook import SlurmHook
+from npa_airflow.slurm.ssh import CommandResult
+from npa_airflow.slurm.staging import StagedFile, build_stage_and_submit
+
+CONFIG = SlurmConnectionConfig(conn_id="slurm_x", hosts=(("127.0.0.1", 1),), user="npa")
+INVALID_ID = "slurm_load_jobs error: Invalid job id specified\n"  # squeue of one id slurmctld does not know
+
+
+def scripted(answers: dict[str, tuple[int | None, str, str]]) -> tuple[SlurmHook, list[str]]:
+    """A hook whose commands answer by their first word (scancel, squeue, sacct): (rc, stdout, stderr)."""
+    hook = SlurmHook(config=CONFIG)
+    sent: list[str] = []
+
+    async def arun(argv, **kwargs):
+        command = argv if isinstance(argv, str) else shlex.join(argv)
+        sent.append(command)
+        tool = next(word for word in ("scancel", "squeue", "sacct") if word in command)
+        rc, out, err = answers[tool]
+        return CommandResult(stdout=out.encode(), stderr=err.encode(), returncode=rc, host="login1")
+
+    hook.arun = arun  # type: ignore[method-assign]
+    return hook, sent
+
+
+async def test_a_job_slurmctld_knows_is_cancelled():
+    hook, sent = scripted({"scancel": (0, "", ""), "squeue": (0, "7|7|CANCELLED|None|c1|job\n", "")})
+    assert await hook.acancel("7", marker="/r/sbatch/job.sbatch.npa-cancelled") == "cancelled"
+    assert sent[0].startswith("{ mkdir -p -- /r/sbatch && : > /r/sbatch/job.sbatch.npa-cancelled; }")
+    assert sent[0].endswith("; scancel 7")  # the marker first: whoever sees CANCELLED finds it
+
+
+async def test_a_job_that_already_ended_is_reported_as_ended():
+    hook, _ = scripted({"scancel": (0, "", ""), "squeue": (0, "7|7|COMPLETED|None|c1|job\n", "")})
+    assert await hook.acancel("7") == "ended"
+
+
+async def test_a_purged_job_counts_only_when_accounting_shows_it_finished():
+    finished = "7|7|COMPLETED|0:0|c1|None|job\n"
+    hook, _ = scripted({"scancel": (0, "", ""), "squeue": (1, "", INVALID_ID), "sacct": (0, finished, "")})
+    assert await hook.acancel("7") == "ended"
+
+
+@pytest.mark.parametrize(
+    ("sacct", "says"),
+    [("", "has no record of it"), ("7|7|RUNNING|0:0|c1|None|job\n", "still shows it RUNNING")],
+)
+async def test_silent_scancel_of_a_job_slurmctld_does_not_know_is_no_cancel(sacct, says):
+    """Slurm 22.05: `scancel <unknown id>` exits 0 without a word (samples/scancel_invalid.txt)."""
+    hook, _ = scripted({"scancel": (0, "", ""), "squeue": (1, "", INVALID_ID), "sacct": (0, sacct, "")})
+    with pytest.raises(NpaCancelFailed, match=f"nothing was cancelled: .* does not know Slurm job 7 .*{says}"):
+        await hook.acancel("7")
+
+
+async def test_invalid_job_id_from_other_versions_is_checked_the_same_way():
+    error = "scancel: error: Kill job error on job id 7: Invalid job id specified\n"
+    hook, _ = scripted({"scancel": (1, "", error), "squeue": (1, "", INVALID_ID), "sacct": (0, "", "")})
+    with pytest.raises(NpaCancelFailed, match="nothing was cancelled"):
+        await hook.acancel("7")
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        ("scancel: error: Kill job error on job id 7: Access/permission denied\n", NpaCancelFailed),
+        ("scancel: error: Unable to contact slurm controller (connect failure)\n", NpaRemoteError),
+    ],
+)
+async def test_a_refused_scancel_is_final_and_an_unanswered_one_is_worth_retrying(error, kind):
+    hook, _ = scripted({"scancel": (1, "", error)})
+    with pytest.raises(kind) as err:
+        await hook.acancel("7")
+    assert type(err.value) is kind
+
+
+async def test_an_unanswered_check_after_scancel_is_worth_retrying():
+    down = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
+    hook, _ = scripted({"scancel": (0, "", ""), "squeue": (1, "", down)})
+    with pytest.raises(NpaRemoteError):
+        await hook.acancel("7")
+
+
+async def test_cancel_by_name_names_this_user_and_exactly_this_job_name():
+    hook, sent = scripted({"scancel": (0, "", "")})
+    await hook.acancel_by_name(
+        "npa-train-0123456789-t2", marker="/r/sbatch/npa-train-0123456789-t2.sbatch.npa-cancelled"
+    )
+    assert sent[0].endswith("; scancel --name=npa-train-0123456789-t2 --user=npa")
+
+
+@pytest.mark.parametrize("name", ["npa-*", "a,b", "x y", ""])
+def test_cancel_by_name_refuses_a_pattern_or_a_list(name):
+    with pytest.raises(NpaValidationError):
+        commands.build_cancel_by_name(name, "npa")
+
+
+@pytest.mark.parametrize("user", ["", "a b", "$(id)", "npa,root"])
+def test_cancel_by_name_refuses_an_odd_user(user):
+    with pytest.raises(NpaValidationError):
+        commands.build_cancel_by_name("npa-x-t1", user)
+
+
+def test_cancel_origin_reads_the_marker_the_uid_and_its_user(tmp_path):
+    marker = tmp_path / "job.sbatch.npa-cancelled"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text("#!/bin/sh\necho 'CANCELLED by 0'\n")
+    (bin_dir / "sacct").chmod(0o755)
+    command = commands.build_cancel_origin("7", str(marker))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    outside = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env).stdout
+    assert commands.parse_cancel_origin(outside).describe() == "outside Airflow by uid 0 (root)"
+    marker.touch()
+    by_airflow = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env).stdout
+    assert commands.parse_cancel_origin(by_airflow).by_airflow
+
+
+def test_submit_time_takes_slurms_record_of_that_job_only():
+    out = "CLUSTER: b\n7|1796216400\n7_1|1796216000\n7|1796216401\n"
+    assert commands.parse_submit_time(out, "7") == 1796216400.0
+    assert commands.parse_submit_time("", "7") is None
+
+
+def test_the_submission_honours_a_cancel_marker_before_and_after_sbatch(tmp_path):
+    """Run the real submission command with a stand-in sbatch that creates the marker while it "runs" (a kill
+    comes in meanwhile): the command then cancels by name. With the marker already there, sbatch never runs."""
+    script = tmp_path / "sbatch" / "npa-x-t1.sbatch"
+    marker = commands.cancel_marker_for(str(script))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho sbatch >> {calls}\ntouch {marker}\necho 42\n")
+    (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "scancel $*" >> {calls}\n')
+    for tool in ("sbatch", "scancel"):
+        (bin_dir / tool).chmod(0o755)
+    cancel = commands.build_cancel_by_name("npa-x-t1", "npa")
+    command, stdin = build_stage_and_submit(
+        [StagedFile(str(script), b"#!/bin/bash\n")], str(script), cancel_by_name=cancel
+    )
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    first = subprocess.run(["bash", "-c", command], input=stdin, capture_output=True, env=env)
+    assert first.returncode == 0 and b"42" in first.stdout
+    assert calls.read_text().splitlines() == ["sbatch", "scancel --name=npa-x-t1 --user=npa"]
+    again = subprocess.run(["bash", "-c", command], input=stdin, capture_output=True, env=env)
+    assert again.returncode == 5 and b"NPA_SBATCH_BEGIN" not in again.stdout
+    assert calls.read_text().splitlines() == ["sbatch", "scancel --name=npa-x-t1 --user=npa"]  # nothing more
