@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from npa_airflow.burst import client as sky
-from npa_airflow.burst.client.joblog import LineKind, LineSplitter, StreamLine, classify_log_line
+from npa_airflow.burst.client.joblog import LineKind, LogStreamParser, StreamLine
 from npa_airflow.common import xcom_keys
 from npa_airflow.common.ownership import Claim, read_claim_xcom, read_xcom, write_xcom
 from npa_airflow.common.retry import Backoff, apause
@@ -205,13 +205,13 @@ class JobLogFollower:
         return False
 
     async def _stream(self) -> AsyncIterator[StreamLine]:
-        lines = LineSplitter()
+        parser = LogStreamParser()
         async for text in self.hook.astream_job_log(self.job.cluster, self.job.job_id):
             self.received += 1
-            for raw in lines.feed(text):
-                yield classify_log_line(raw)
-        for raw in lines.finish():
-            yield classify_log_line(raw)
+            for line in parser.feed(text):
+                yield line
+        for line in parser.finish():
+            yield line
 
     async def _last_line_without_newline(self) -> None:
         """A followed stream leaves out a last line that has no newline; a read of the finished log's last
@@ -221,9 +221,8 @@ class JobLogFollower:
         except Exception as exc:  # the log is complete but for such a line
             self.log.debug("Could not read the end of the log of job %s: %s", self.job.job_id, exc)
             return
-        splitter = LineSplitter()
-        for raw in [*splitter.feed(text), *splitter.finish()]:
-            line = classify_log_line(raw)
+        parser = LogStreamParser(from_start=False)
+        for line in [*parser.feed(text), *parser.finish()]:
             if line.kind is LineKind.END and line.text:
                 await self._write(line.text)
 

@@ -8,8 +8,10 @@ followed to the end it drops such a line. Between the job's lines the server put
 payloads (``<sky-payload>``), ``INFO: Waiting 1s for the logs to be written...`` while the job has no log yet,
 an ``ERROR: Logs for job N ... does not exist`` when it gave up waiting, and a note when its streaming failed.
 
-Counting only the job's lines gives a position that every read of the log agrees on: the server reads the file
-again from its start each time, so the K-th job line of one read is the K-th of the next.
+Whatever comes before the first ``Waiting for task resources on`` line is the server's too (its own logging while
+it reaches the cluster): the job's log never starts earlier. Counting only the job's lines gives a position that
+every read of the log agrees on: the server reads the file again from its start each time, so the K-th job line
+of one read is the K-th of the next.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from npa_airflow.burst.client.protocol import strip_ansi, strip_control
 # A line ends at \n, \r\n or a lone \r, as the server's reader splits the log; a \r at the end of a chunk waits
 # for the next chunk, which may start with its \n.
 _LINE_END = re.compile(r"\r\n|\n|\r(?=[\s\S])")
+# SkyPilot's own first line of a job's log (sky.skylet.log_lib.LOG_FILE_START_STREAMING_AT).
+START_MARKER = "Waiting for task resources on "
 _TRAILER = re.compile(r"✓ Job finished \(status: (?P<status>[A-Za-z_]+)\)\.\s*$")
 _SERVER_NOTES = re.compile(
     r"^(INFO: Waiting \d+s for the logs to be written\.\.\."
@@ -97,3 +101,26 @@ class LineSplitter:
     def partial(self) -> str:
         """Text received after the last complete line."""
         return self._pending
+
+
+class LogStreamParser:
+    """The lines of one ``/logs`` answer, classified, as its text arrives. With ``from_start`` (a ``tail=0`` read)
+    lines before SkyPilot's first job-log line are the server's notes."""
+
+    def __init__(self, from_start: bool = True) -> None:
+        self._lines = LineSplitter()
+        self._started = not from_start
+
+    def feed(self, text: str) -> list[StreamLine]:
+        return [self._classify(raw) for raw in self._lines.feed(text)]
+
+    def finish(self) -> list[StreamLine]:
+        return [self._classify(raw) for raw in self._lines.finish()]
+
+    def _classify(self, raw: str) -> StreamLine:
+        line = classify_log_line(raw)
+        if not self._started and line.kind is LineKind.JOB:
+            if START_MARKER not in line.text:
+                return StreamLine(LineKind.NOTE, strip_ansi(line.text).strip())
+            self._started = True
+        return line

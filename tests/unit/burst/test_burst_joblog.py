@@ -12,12 +12,13 @@ import logging
 import pytest
 
 from npa_airflow.burst import joblog
-from npa_airflow.burst.client.joblog import LineKind, LineSplitter, classify_log_line
+from npa_airflow.burst.client.joblog import LineKind, LineSplitter, LogStreamParser, classify_log_line
 from npa_airflow.burst.joblog import JobLog, JobLogFollower, MemoryLineCount, line_count_value, parse_line_count
 
 TRAILER = "\x1b[0m\x1b[32m✓ Job finished (status: SUCCEEDED).\x1b[0m\x1b[0m"
 HEARTBEAT = '<sky-payload>"<heartbeat></heartbeat>"</sky-payload>'
 JOB = JobLog("npa-c", 3)
+MARK = "Waiting for task resources on 1 node.\n"  # SkyPilot's first line of every job log
 
 
 def test_lines_end_at_newline_crlf_or_a_lone_cr_across_pieces():
@@ -38,7 +39,11 @@ def test_lines_end_at_newline_crlf_or_a_lone_cr_across_pieces():
         ("", LineKind.JOB, ""),
         (HEARTBEAT, LineKind.CONTROL, ""),
         ("INFO: Waiting 1s for the logs to be written...", LineKind.NOTE, None),
-        ("\x1b[31mERROR: Logs for job 3 (status: PENDING) does not exist after retrying 5 times.\x1b[0m", LineKind.NOTE, None),
+        (
+            "\x1b[31mERROR: Logs for job 3 (status: PENDING) does not exist after retrying 5 times.\x1b[0m",
+            LineKind.NOTE,
+            None,
+        ),
         (TRAILER, LineKind.END, ""),
         ("last words" + TRAILER, LineKind.END, "last words"),
     ],
@@ -50,6 +55,13 @@ def test_job_lines_are_told_from_the_servers_own(raw, kind, text):
         assert line.text == text
     if kind is LineKind.END:
         assert line.status == "SUCCEEDED"
+
+
+def test_what_the_server_says_before_the_jobs_log_starts_is_not_counted():
+    parser = LogStreamParser()
+    lines = parser.feed("I 12-03 sky/backend.py] checking the cluster\n" + MARK + "t1\n")
+    assert [line.kind for line in lines] == [LineKind.NOTE, LineKind.JOB, LineKind.JOB]
+    assert LogStreamParser(from_start=False).feed("t9\n")[0].kind is LineKind.JOB
 
 
 def test_the_count_is_kept_for_one_try_and_job():
@@ -103,22 +115,22 @@ async def test_a_broken_stream_is_reopened_and_resumes_after_the_lines_written(w
     monkeypatch.setattr(joblog, "REOPEN_BACKOFF", joblog.Backoff(base=0.0, cap=0.0))
     log, lines = written
     source = ScriptedLog(
-        ["t1\nt2\n", "t3\nt4 par", ConnectionError("server gone")],  # the partial t4 is not written
-        [HEARTBEAT + "\n", "t1\nt2\nt3\nt4 partial\n"],  # ended early: no trailer
-        ["INFO: Waiting 1s for the logs to be written...\n", "t1\nt2\nt3\nt4 partial\nt5\n" + TRAILER + "\n"],
+        [MARK + "t1\nt2\n", "t3\nt4 par", ConnectionError("server gone")],  # the partial t4 is not written
+        [HEARTBEAT + "\n", MARK + "t1\nt2\nt3\nt4 partial\n"],  # ended early: no trailer
+        ["INFO: Waiting 1s for the logs to be written...\n", MARK + "t1\nt2\nt3\nt4 partial\nt5\n" + TRAILER + "\n"],
     )
     count = MemoryLineCount()
     await JobLogFollower(source, JOB, log, count).run()
     assert ticks(lines) == ["t1", "t2", "t3", "t4 partial", "t5"]
-    assert source.opened == 3 and count.kept[JOB] == 5
+    assert source.opened == 3 and count.kept[JOB] == 6  # with SkyPilot's first line
 
 
 async def test_a_restart_resumes_from_the_kept_count(written):
     log, lines = written
     count = MemoryLineCount()
-    await count.save(JOB, 2)
-    await JobLogFollower(ScriptedLog(["t1\nt2\nt3\n" + TRAILER + "\n"]), JOB, log, count).run()
-    assert ticks(lines) == ["t3"] and count.kept[JOB] == 3
+    await count.save(JOB, 3)
+    await JobLogFollower(ScriptedLog([MARK + "t1\nt2\nt3\n" + TRAILER + "\n"]), JOB, log, count).run()
+    assert ticks(lines) == ["t3"] and count.kept[JOB] == 4
 
 
 async def test_a_last_line_without_newline_comes_from_the_finished_logs_end(written):
@@ -128,13 +140,13 @@ async def test_a_last_line_without_newline_comes_from_the_finished_logs_end(writ
         async def ajob_log_end(self, cluster, job_id):
             return "t2 no newline" + TRAILER + "\n"
 
-    await JobLogFollower(NoNewline(["t1\n" + TRAILER + "\n"]), JOB, log).run()
+    await JobLogFollower(NoNewline([MARK + "t1\n" + TRAILER + "\n"]), JOB, log).run()
     assert ticks(lines) == ["t1", "t2 no newline"]
 
 
 async def test_after_the_jobs_end_one_clean_read_to_the_end_completes_the_log(written):
     log, lines = written
-    follower = JobLogFollower(ScriptedLog(["t1\n"]), JOB, log)
+    follower = JobLogFollower(ScriptedLog([MARK + "t1\n"]), JOB, log)
     follower.job_ended()
     await asyncio.wait_for(follower.run(), 5)
     assert ticks(lines) == ["t1"]
@@ -155,10 +167,10 @@ class HandedOver(MemoryLineCount):
 async def test_a_superseded_follower_writes_no_more_lines_and_keeps_no_count(written, monkeypatch):
     monkeypatch.setattr(joblog, "CLAIM_FRESH_SECONDS", 0.0)  # ask before every line
     log, lines = written
-    count = HandedOver(after=2)
+    count = HandedOver(after=3)
     await count.save(JOB, 0)
-    follower = JobLogFollower(ScriptedLog(["t1\nt2\nt3\nt4\n" + TRAILER + "\n"]), JOB, log, count)
+    follower = JobLogFollower(ScriptedLog([MARK + "t1\nt2\nt3\nt4\n" + TRAILER + "\n"]), JOB, log, count)
     count.follower = follower
     await follower.run()
     assert ticks(lines) == ["t1", "t2"]
-    assert count.kept[JOB] <= 2  # never more than it wrote; the new holder's count is not overwritten after
+    assert count.kept[JOB] <= 3  # never more than it wrote; the new holder's count is not overwritten after
