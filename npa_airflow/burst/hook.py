@@ -35,6 +35,8 @@ T = TypeVar("T")
 # A failed teardown is tried this many times, 5 s then 10 s apart (no jitter: one cluster, one caller).
 TEARDOWN_ATTEMPTS = 3
 TEARDOWN_BACKOFF = Backoff(base=5.0, cap=10.0, jitter=0.0)
+# A followed log stream silent this long is dead: the API server sends a heartbeat every 30 s (SkyPilot 0.14).
+LOG_SILENCE_SECONDS = 90.0
 
 
 @dataclass(frozen=True)
@@ -203,11 +205,23 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
         return sky.parse_job_status(value, job_id)
 
     async def astream_job_log(self, cluster: str, job_id: int) -> AsyncIterator[str]:
+        """The job's whole log from its start, followed until the job ends, as text pieces (see
+        ``client.joblog`` for what the stream carries)."""
         from npa_airflow.burst import client as sky
 
         client = await self.aclient()
-        async for line in client.stream_lines(sky.build_logs(client.identity, cluster, job_id, follow=True)):
-            yield line
+        request = sky.build_logs(client.identity, cluster, job_id, follow=True, tail=0)
+        async for text in client.stream_text(request, timeout=LOG_SILENCE_SECONDS):
+            yield text
+
+    async def ajob_log_end(self, cluster: str, job_id: int) -> str:
+        """The last line of a finished job's log and SkyPilot's trailer (a last line without its newline is
+        glued to the trailer, which tells it apart)."""
+        from npa_airflow.burst import client as sky
+
+        client = await self.aclient()
+        request = sky.build_logs(client.identity, cluster, job_id, follow=False, tail=1)
+        return "".join([text async for text in client.stream_text(request, timeout=LOG_SILENCE_SECONDS)])
 
     # -- cancel and teardown (every step tolerates "already gone"; an API error is logged, never raised) ---------
 

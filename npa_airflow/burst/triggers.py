@@ -24,6 +24,7 @@ from npa_airflow.common.trigger_rows import as_trigger_row
 
 if TYPE_CHECKING:
     from npa_airflow.burst.hook import SkyPilotHook
+    from npa_airflow.burst.joblog import XComLineCount
 
 ON_KILL_TIMEOUT = 25.0  # inside the triggerer's own bound ([triggerer] on_kill_timeout, 30 s)
 DECIDE_SECONDS = 10.0  # of which deciding whether to cancel may take this long (the rest submits the cancel)
@@ -84,11 +85,23 @@ class BurstJobTrigger(BaseTrigger):
         else:
             self.log.warning("Could not record this trigger's claim; a move will be told from the task state only")
 
+    async def _line_count(self) -> tuple[XComLineCount | None, bool]:
+        """Where the job log's line count is kept (the task's XCom, under this trigger's claim; None: in memory),
+        and whether an earlier trigger of this try already followed a job on the cluster (its launch is over)."""
+        from npa_airflow.burst.joblog import XComLineCount
+
+        if self._claim is None or not self.stream_logs:
+            return None, False
+        count = XComLineCount(self.task_instance, self._claim)
+        recorded = await count.recorded_job()
+        return count, recorded is not None and recorded.cluster == self._current.cluster
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from npa_airflow.burst.watch import make_event, watch_job
 
         await self._claim_job()
         try:
+            line_count, launch_shown = await self._line_count()
             async with self._hook() as hook:
                 event = await watch_job(
                     hook,
@@ -99,6 +112,8 @@ class BurstJobTrigger(BaseTrigger):
                     log=self.log,
                     nodes=self.nodes,
                     on_job_id=self._remember,
+                    line_count=line_count,
+                    stream_launch_log=not launch_shown,
                 )
         except asyncio.CancelledError:
             raise

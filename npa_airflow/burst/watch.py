@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.burst.joblog import JobLog, JobLogFollower, LineCount, finish_job_log
 from npa_airflow.common.remote_errors import skypilot_cluster_gone
 from npa_airflow.common.retry import Backoff, Budget, apause
 from npa_airflow.common.states import JobState
@@ -104,6 +105,7 @@ class _JobWatch:
     log: logging.Logger
     gang: str
     on_job_id: Callable[[BurstJobHandle], None] | None
+    line_count: LineCount | None = None
     outage: _Outage = field(default_factory=lambda: _Outage(MAX_UNREACHABLE_SECONDS))
     # The current streak of job-status errors, retried at the poll interval (no growth: the poll is slow already).
     api_errors: Budget = field(default_factory=lambda: Budget(attempts=MAX_CONSECUTIVE_API_ERRORS))
@@ -129,9 +131,9 @@ class _JobWatch:
 
     # -- the launch ----------------------------------------------------------------------------------------------
 
-    async def follow_launch(self, handle: BurstJobHandle) -> BurstJobHandle:
+    async def follow_launch(self, handle: BurstJobHandle, stream_log: bool = True) -> BurstJobHandle:
         """Wait for the launch request to finish; the handle with the job id it created."""
-        stream = self.stream(self.hook.astream_launch_log(handle.request_id), "[launch] ")
+        stream = self.stream(self.hook.astream_launch_log(handle.request_id), "[launch] ") if stream_log else None
         try:
             await self.wait_for_launch(handle)
         finally:
@@ -184,8 +186,12 @@ class _JobWatch:
     async def follow_job(self, handle: BurstJobHandle) -> dict[str, Any]:
         """Poll the job until it ends; its event."""
         assert handle.job_id is not None
-        stream = self.stream(self.hook.astream_job_log(handle.cluster, handle.job_id), "")
+        follower = task = None
+        if self.stream_logs:
+            follower = JobLogFollower(self.hook, JobLog(handle.cluster, handle.job_id), self.log, self.line_count)
+            task = asyncio.ensure_future(follower.run())
         native: str | None = None
+        ended = False
         try:
             while True:
                 answered, native = await self.read_job_state(handle, native)
@@ -193,6 +199,7 @@ class _JobWatch:
                     continue
                 state = sky.interpret_job_state(native)
                 if state.is_terminal:
+                    ended = True
                     return job_end_event(handle, native, state)
                 self.report_pending(handle, native, state)
                 if self.past_deadline():
@@ -200,8 +207,8 @@ class _JobWatch:
                     raise _Ended(make_event("deadline", handle, message, native))
                 await self.poll_pause()
         finally:
-            # A terminal job's follow stream ends by itself; give it time to deliver the last lines.
-            await _stop(stream, LOG_DRAIN_SECONDS)
+            # After the job's end the follower reads its log to the end; otherwise it stops at once.
+            await finish_job_log(follower, task, LOG_DRAIN_SECONDS, ended)
 
     async def read_job_state(self, handle: BurstJobHandle, native: str | None) -> tuple[bool, str | None]:
         """``(True, state)`` on an answer; ``(False, last state)`` after a tolerated failure and a pause."""
@@ -258,13 +265,19 @@ async def watch_job(
     log: logging.Logger,
     nodes: int | None = None,
     on_job_id: Callable[[BurstJobHandle], None] | None = None,
+    line_count: LineCount | None = None,
+    stream_launch_log: bool = True,
 ) -> dict[str, Any]:
-    """Follow ``handle`` until it ends (or ``deadline``, epoch seconds); return the event payload."""
+    """Follow ``handle`` until it ends (or ``deadline``, epoch seconds); return the event payload.
+
+    ``line_count`` keeps how many lines of the job's log are in the task log (`joblog`; default: in memory);
+    ``stream_launch_log=False`` leaves out the launch's log (an earlier trigger of this try showed it).
+    """
     gang = f"all {nodes} node(s)" if nodes else "all nodes"
-    watch = _JobWatch(hook, poll_interval, deadline, stream_logs, log, gang, on_job_id)
+    watch = _JobWatch(hook, poll_interval, deadline, stream_logs, log, gang, on_job_id, line_count)
     try:
         if handle.job_id is None:
-            handle = await watch.follow_launch(handle)
+            handle = await watch.follow_launch(handle, stream_launch_log)
         return await watch.follow_job(handle)
     except _Ended as ended:
         return ended.event

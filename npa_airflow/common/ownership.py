@@ -139,7 +139,7 @@ async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT, try_key: str | 
     there is no supervisor (dag.test) or the read fails."""
     if ti is None:
         return None
-    waiting_try = await _read_xcom(ti, try_key, timeout) if try_key else None
+    waiting_try = await read_xcom(ti, try_key, timeout) if try_key else None
     try:
         from airflow.sdk.execution_time.comms import GetTaskStates
 
@@ -178,14 +178,19 @@ def warm_task_reads(ti: Any) -> None:
 
 async def write_claim_xcom(ti: Any, claim: Claim, timeout: float = 60.0) -> bool:
     """Record `claim` as the task instance's XCom CLAIM_XCOM_KEY; False when there is no supervisor or it failed."""
+    return await write_xcom(ti, CLAIM_XCOM_KEY, claim.line(), timeout)
+
+
+async def write_xcom(ti: Any, key: str, value: Any, timeout: float = 60.0) -> bool:
+    """Set the task instance's XCom `key` from the triggerer; False when there is no supervisor or it failed."""
     if ti is None:
         return False
     try:
         from airflow.sdk.execution_time.comms import SetXCom
 
         request = SetXCom(
-            key=CLAIM_XCOM_KEY,
-            value=claim.line(),
+            key=key,
+            value=value,
             dag_id=ti.dag_id,
             run_id=ti.run_id,
             task_id=ti.task_id,
@@ -197,7 +202,7 @@ async def write_claim_xcom(ti: Any, claim: Claim, timeout: float = 60.0) -> bool
     return True
 
 
-async def _read_xcom(ti: Any, key: str, timeout: float) -> Any:
+async def read_xcom(ti: Any, key: str, timeout: float = READ_TIMEOUT) -> Any:
     """The value of the task instance's XCom `key` (None when absent or unreadable)."""
     try:
         from airflow.sdk.execution_time.comms import GetXCom
@@ -219,7 +224,7 @@ async def read_claim_xcom(ti: Any, timeout: float = READ_TIMEOUT) -> Claim | Non
     """The claim now in the task instance's XCom CLAIM_XCOM_KEY; None when absent or unreadable."""
     if ti is None:
         return None
-    value = await _read_xcom(ti, CLAIM_XCOM_KEY, timeout)
+    value = await read_xcom(ti, CLAIM_XCOM_KEY, timeout)
     return Claim.parse(value) if isinstance(value, str) else None
 
 

@@ -13,6 +13,7 @@ errors), and one delay schedule with one sleep serves all of them more simply th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -71,10 +72,15 @@ def pause(seconds: float) -> None:
         time.sleep(seconds)
 
 
-async def apause(seconds: float) -> None:
-    """The async side's only backoff sleep."""
-    if seconds > 0:
+async def apause(seconds: float, wake: asyncio.Event | None = None) -> None:
+    """The async side's only backoff sleep; with ``wake``, it ends as soon as that event is set."""
+    if seconds <= 0:
+        return
+    if wake is None:
         await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(wake.wait(), seconds)
 
 
 Transient = Callable[[BaseException], bool]

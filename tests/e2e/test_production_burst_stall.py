@@ -3,8 +3,11 @@
 The triggerer holding the waiting `BurstTorchrunOperator` task is SIGSTOPped for twice the health-check
 threshold and SIGCONTed: the other triggerer takes the trigger over; the stalled one, told the trigger was
 "cancelled by user action", finds the newer claim in the task's XCom and cancels nothing. The job runs to its
-end and the task succeeds. Its log has every tick; the ticks before the stall appear twice, because SkyPilot's
-log stream has no offset to resume from (docs/ui.md, limits). Needs the local SkyPilot API server; slow.
+end and the task succeeds. Its log has every tick, each once: the new triggerer resumes the job's log after the
+lines the stalled one wrote (their count is kept in the task's XCom, `npa_airflow/burst/joblog.py`), and the
+stalled one, resumed, finds the newer claim and writes no more lines. (A tick written in the instant between the
+stalled trigger's log write and its count save, which follows each line at once when the last save is a second
+old, would appear twice.) Needs the local SkyPilot API server; slow.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ def test_a_stalled_holder_triggerer_never_cancels_the_burst_job(prod, db):
         assert taken_over_by in TRIGGERERS and taken_over_by != stalled, f"run {run}: no takeover"
         lost = sorted(set(range(1, TICKS + 1)) - set(got))
         assert not lost, f"run {run}: ticks lost: {lost}"
+        assert got == list(range(1, TICKS + 1)), f"run {run}: ticks replayed or out of order: {got}"
     print(
         f"\n[fault] Burst triggerer stall {2 * threshold:.0f}s x{RUNS}, all succeeded: {results} "
         "(run, stalled, took over, ticks in the log, distinct ticks)"

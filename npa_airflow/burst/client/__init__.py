@@ -44,6 +44,7 @@ from npa_airflow.burst.client.protocol import (
     parse_request_payload,
     parse_request_statuses,
     strip_ansi,
+    strip_control,
     user_hash,
 )
 from npa_airflow.burst.client.sync import SkyPilotClient
@@ -92,5 +93,6 @@ __all__ = [
     "parse_request_payload",
     "parse_request_statuses",
     "strip_ansi",
+    "strip_control",
     "user_hash",
 ]

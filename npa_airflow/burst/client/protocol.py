@@ -85,6 +85,11 @@ def strip_ansi(text: str) -> str:
     return _ANSI_RE.sub("", text)
 
 
+def strip_control(text: str) -> str:
+    """``text`` without SkyPilot's spinner, heartbeat and payload control codes."""
+    return _CONTROL_RE.sub("", text)
+
+
 def clean_log_line(line: str) -> str | None:
     """A job log line without ANSI codes, SkyPilot's spinner/payload control codes and its tree glyphs;
     None for lines that only address an interactive terminal."""

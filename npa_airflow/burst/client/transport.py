@@ -8,6 +8,7 @@ Delays come from :data:`SEND_BACKOFF` (jittered) within ``retries`` resends.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -154,7 +155,20 @@ class AsyncSkyPilotClient:
         return [str(r) for r in cancelled or []]
 
     async def stream_lines(self, request: ApiRequest, *, timeout: float | None = None) -> AsyncIterator[str]:
-        """The lines of a streamed answer (``/logs``, ``/api/stream``), as they arrive; never resent."""
+        """The lines of a streamed answer (``/api/stream``), as they arrive; never resent."""
+        async with self._open_stream(request, timeout) as response:
+            async for line in response.aiter_lines():
+                yield line
+
+    async def stream_text(self, request: ApiRequest, *, timeout: float | None = None) -> AsyncIterator[str]:
+        """The text of a streamed answer (``/logs``) in the pieces it arrives in, line ends and partial lines
+        as they are; never resent. ``timeout``: the longest silence before the read fails."""
+        async with self._open_stream(request, timeout) as response:
+            async for text in response.aiter_text():
+                yield text
+
+    @contextlib.asynccontextmanager
+    async def _open_stream(self, request: ApiRequest, timeout: float | None) -> AsyncIterator[httpx.Response]:
         import httpx
 
         async with self._http.stream(
@@ -167,5 +181,4 @@ class AsyncSkyPilotClient:
             if response.status_code != 200:
                 await response.aread()
                 raise error_from_response(response.status_code, decode(response), request.path)
-            async for line in response.aiter_lines():
-                yield line
+            yield response
