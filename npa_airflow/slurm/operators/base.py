@@ -27,6 +27,7 @@ from airflow.sdk import BaseOperator
 
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import SLURM_TRY_XCOM_KEY, SLURM_XCOM_KEY, SlurmJobLink
+from npa_airflow.common.naming import ON_PREVIOUS_TRY
 from npa_airflow.common.retry import Backoff, Budget, retry
 from npa_airflow.exceptions import NpaConnectionError, NpaHostKeyError, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
 
-ON_PREVIOUS_TRY = ("reattach", "cancel")
 DEFAULT_PENDING_ALLOWANCE = timedelta(hours=24)
 OUTAGE_RETRY_SECONDS = 90.0  # cluster calls before submit ride out a short slurmctld/sshd outage
 OUTAGE_BACKOFF = Backoff(base=2.0, cap=15.0, jitter=0.5)
