@@ -32,9 +32,9 @@ from npa_airflow.exceptions import NpaConnectionError, NpaValidationError
 if TYPE_CHECKING:
     from npa_airflow.burst.hook import SkyPilotHook
 
-# "interrupted": the wait stopped before the job's end was known (the job and its cluster are left running).
 T = TypeVar("T")
 
+# "interrupted": the wait stopped before the job's end was known (the job and its cluster are left running).
 EVENT_STATUSES = ("success", "failed", "canceled", "deadline", "interrupted")
 LOG_DRAIN_SECONDS = 30.0
 MAX_UNREACHABLE_SECONDS = 1800.0
