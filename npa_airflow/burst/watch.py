@@ -101,7 +101,7 @@ class _Outage:
         """Record a failed poll; True once the outage outlasted ``limit`` seconds."""
         if self.budget is None:
             self.budget = Budget(seconds=self.limit)
-        log.warning("SkyPilot API server not answering (%s); retrying", exc)
+        log.warning("SkyPilot API server or its connection unavailable (%s); retrying", exc)
         return not self.budget.allows(0.0)
 
 

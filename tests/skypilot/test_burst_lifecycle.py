@@ -29,25 +29,17 @@ from tests.skypilot.conftest import SLURM_INFRA, wait_no_slurm_jobs
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-TICKS = "python3 -c 'import time; [(print(\"tick\", i, flush=True), time.sleep(1)) for i in range({n})]'"
+TASK_YAML = Path(__file__).resolve().parent / "dags" / "lifecycle.yaml"
 
 
-def burst_operator(**kwargs):
-    """A 1-node BurstTorchrunOperator on the local Slurm infra (no container), overridable."""
-    from npa_airflow.burst.operators import BurstTorchrunOperator
+def burst_operator(ticks: int = 20, exit_code: int = 0, **kwargs):
+    """A 1-node job on the local Slurm infra that prints ``ticks`` lines, one a second, then exits."""
+    from npa_airflow.burst.operators import BurstSubmitYamlOperator
 
-    defaults = dict(
-        task_id="train",
-        image=None,
-        nodes=1,
-        gpu_per_node="GPU:1",
-        entrypoint=TICKS.format(n=20),
-        infra=SLURM_INFRA,
-        poll_interval=2,
-        deadline=900,
-    )
+    variables = {"NPA_INFRA": kwargs.pop("infra", SLURM_INFRA), "NPA_TICKS": ticks, "NPA_EXIT": exit_code}
+    defaults = dict(task_id="train", yaml_path=str(TASK_YAML), vars=variables, poll_interval=2, deadline=900)
     defaults.update(kwargs)
-    return BurstTorchrunOperator(**defaults)
+    return BurstSubmitYamlOperator(**defaults)
 
 
 def try_name(dag_id: str, run_id: str, try_number: int) -> str:
@@ -91,7 +83,7 @@ def test_worker_killed_after_the_launch_request_the_retry_adopts_it(skypilot_ser
             sys.path[:0] = [{str(REPO)!r}]
             from tests.harness.airflow_tasks import task_context
             from tests.skypilot.test_burst_lifecycle import burst_operator
-            op = burst_operator(deferrable=False, master_port=29741)
+            op = burst_operator(deferrable=False)
             op.execute(task_context({dag_id!r}, try_number=1, run_id={run_id!r}))
             """
         )
@@ -106,7 +98,7 @@ def test_worker_killed_after_the_launch_request_the_retry_adopts_it(skypilot_ser
         os.killpg(proc.pid, signal.SIGKILL)  # no on_kill, no cleanup: the launch goes on
         proc.wait()
 
-    handle = burst_operator(deferrable=False, master_port=29741).execute(task_context(dag_id, 2, run_id))
+    handle = burst_operator(deferrable=False).execute(task_context(dag_id, 2, run_id))
 
     names = [name for name in server_clusters(skypilot_server) if name in (first, second)]
     assert names == [], f"clusters left behind: {names}"
@@ -132,7 +124,7 @@ async def test_an_api_outage_past_its_budget_leaves_the_job_for_the_next_try(
     cluster = try_name(dag_id, run_id, 1)
     try:
         ctx1 = task_context(dag_id, 1, run_id)
-        op1 = burst_operator(entrypoint=TICKS.format(n=150), master_port=29742)
+        op1 = burst_operator(ticks=150)
         trigger = submit_deferred(op1, ctx1)
         run = asyncio.ensure_future(run_trigger(trigger, 900))
         while (job_id := trigger._current.job_id) is None or (
@@ -151,7 +143,7 @@ async def test_an_api_outage_past_its_budget_leaves_the_job_for_the_next_try(
         assert job_state(skypilot_server, cluster, job_id) == "RUNNING"
 
         ctx2 = task_context(dag_id, 2, run_id)
-        op2 = burst_operator(entrypoint=TICKS.format(n=150), master_port=29742)
+        op2 = burst_operator(ticks=150)
         trigger2 = submit_deferred(op2, ctx2)
         assert (trigger2.handle["cluster"], trigger2.handle["job_id"]) == (cluster, job_id)
         # The triggerer reports a connection it cannot fetch as not defined: the trigger waits that out too.
@@ -174,12 +166,11 @@ def test_failed_job_is_a_program_failure_and_a_failed_launch_is_retried(skypilot
     """A job that exits 3 fails the task without a retry, with the end of its log; a launch SkyPilot cannot
     provision (a cloud that is not enabled) is infrastructure: the task stays retryable."""
     dag_id, run_id = f"npa_burst_fail_{uuid.uuid4().hex[:6]}", "manual__fail"
-    entrypoint = "python3 -c 'import sys; print(\"npa-fail-marker\", flush=True); sys.exit(3)'"
-    op = burst_operator(deferrable=False, entrypoint=entrypoint, master_port=29743)
+    op = burst_operator(ticks=2, exit_code=3, deferrable=False)
     with pytest.raises(AirflowFailException) as failure:
         op.execute(task_context(dag_id, 1, run_id))
     assert "a program failure, not retried" in str(failure.value)
-    assert "npa-fail-marker" in str(failure.value)
+    assert "npa-lifecycle-end exit 3" in str(failure.value)
     cluster = try_name(dag_id, run_id, 1)
     assert cluster not in server_clusters(skypilot_server)
 
