@@ -70,11 +70,15 @@ async def run_trigger(trigger, timeout: float) -> dict:
     return event.payload
 
 
-def test_worker_killed_after_the_launch_request_the_retry_adopts_it(skypilot_server, skypilot_slurm, tmp_path):
-    """SIGKILL of the worker right after it sent the launch (no on_kill runs): try 2 finds try 1's launch by its
-    name and waits for it; exactly one cluster ever exists, and it is taken down at the end."""
-    dag_id, run_id = f"npa_burst_kill_{uuid.uuid4().hex[:6]}", "manual__kill"
-    first, second = try_name(dag_id, run_id, 1), try_name(dag_id, run_id, 2)
+def cluster_requests(endpoint: str, cluster: str) -> list[dict]:
+    """Every request the server holds for ``cluster``, as it lists them (name, status, created_at, finished_at)."""
+    params = {"cluster_name": cluster, "all_status": "true"}
+    with sky.SkyPilotClient(endpoint) as client:
+        return client.send(sky.ApiRequest("GET", "/api/status", params=params)).json()
+
+
+def kill_worker_after_its_launch(endpoint: str, dag_id: str, run_id: str, tmp_path: Path) -> None:
+    """Run try 1 (``deferrable=False``) in its own process and SIGKILL it once its launch request exists."""
     worker = tmp_path / "worker.py"
     worker.write_text(
         textwrap.dedent(
@@ -91,12 +95,20 @@ def test_worker_killed_after_the_launch_request_the_retry_adopts_it(skypilot_ser
     proc = subprocess.Popen([sys.executable, str(worker)], env=dict(os.environ), start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while not launches_for(skypilot_server, first):
+        while not launches_for(endpoint, try_name(dag_id, run_id, 1)):
             assert proc.poll() is None and time.monotonic() < deadline, "the worker never sent its launch"
             time.sleep(0.2)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # no on_kill, no cleanup: the launch goes on
         proc.wait()
+
+
+def test_worker_killed_after_the_launch_request_the_retry_adopts_it(skypilot_server, skypilot_slurm, tmp_path):
+    """SIGKILL of the worker right after it sent the launch (no on_kill runs): try 2 finds try 1's launch by its
+    name and waits for it; exactly one cluster ever exists, and it is taken down at the end."""
+    dag_id, run_id = f"npa_burst_kill_{uuid.uuid4().hex[:6]}", "manual__kill"
+    first, second = try_name(dag_id, run_id, 1), try_name(dag_id, run_id, 2)
+    kill_worker_after_its_launch(skypilot_server, dag_id, run_id, tmp_path)
 
     handle = burst_operator(deferrable=False).execute(task_context(dag_id, 2, run_id))
 
@@ -106,6 +118,26 @@ def test_worker_killed_after_the_launch_request_the_retry_adopts_it(skypilot_ser
     assert len(launches_for(skypilot_server, first)) == 1
     assert (handle["cluster"], handle["try_name"]) == (first, first)
     assert wait_no_slurm_jobs(first) == []
+
+
+def test_worker_killed_after_the_launch_request_the_retry_cancels_it_first(skypilot_server, skypilot_slurm, tmp_path):
+    """The same kill with ``on_previous_try="cancel"``: try 1's launch is cancelled and its cluster is down before
+    try 2's launch is even sent, so there is never more than one cluster; none is left at the end."""
+    dag_id, run_id = f"npa_burst_cancel_{uuid.uuid4().hex[:6]}", "manual__cancel"
+    first, second = try_name(dag_id, run_id, 1), try_name(dag_id, run_id, 2)
+    kill_worker_after_its_launch(skypilot_server, dag_id, run_id, tmp_path)
+
+    handle = burst_operator(deferrable=False, on_previous_try="cancel").execute(task_context(dag_id, 2, run_id))
+
+    assert [name for name in server_clusters(skypilot_server) if name in (first, second)] == []
+    assert (handle["cluster"], handle["try_name"]) == (second, second)
+    first_requests = cluster_requests(skypilot_server, first)
+    (first_launch,) = [r for r in first_requests if r["name"] == "sky.launch"]
+    downs = [r for r in first_requests if r["name"] == "sky.down" and r["status"] == "SUCCEEDED"]
+    (second_launch,) = [r for r in cluster_requests(skypilot_server, second) if r["name"] == "sky.launch"]
+    assert first_launch["status"] in ("CANCELLED", "SUCCEEDED"), first_launch["status"]
+    assert downs and min(d["finished_at"] for d in downs) < second_launch["created_at"]
+    assert wait_no_slurm_jobs(first) == [] and wait_no_slurm_jobs(second) == []
 
 
 async def test_an_api_outage_past_its_budget_leaves_the_job_for_the_next_try(
