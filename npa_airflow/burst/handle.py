@@ -29,11 +29,12 @@ class BurstJobHandle:
     endpoint: str
     cluster: str
     name: str
-    request_id: str  # the launch request
+    request_id: str | None  # the launch request (None only for a job adopted after the server dropped it)
     job_id: int | None = None  # known once the launch request has finished
     created_cluster: bool = True  # the task brought the cluster up (so it takes it down by default)
     teardown: str = "down"  # applied when the job ends, fails or is cancelled
     submitted_at: float | None = None
+    try_name: str | None = None  # the task-instance try that launched it (the launch's DAG name)
 
     def __post_init__(self) -> None:
         if not isinstance(self.conn_id, str) or not _CONN_ID_RE.fullmatch(self.conn_id):
@@ -43,7 +44,11 @@ class BurstJobHandle:
         validate_cluster_name(self.cluster, "BurstJobHandle.cluster")
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
             raise NpaValidationError(f"BurstJobHandle.name={self.name!r} is not a job name")
-        if not isinstance(self.request_id, str) or not REQUEST_ID_RE.fullmatch(self.request_id):
+        if self.request_id is None and self.job_id is None:
+            raise NpaValidationError("BurstJobHandle needs the launch request_id until the job_id is known")
+        if self.request_id is not None and (
+            not isinstance(self.request_id, str) or not REQUEST_ID_RE.fullmatch(self.request_id)
+        ):
             raise NpaValidationError(f"BurstJobHandle.request_id={self.request_id!r} is not a request id")
         if self.job_id is not None and (
             isinstance(self.job_id, bool) or not isinstance(self.job_id, int) or self.job_id < 0
@@ -55,6 +60,8 @@ class BurstJobHandle:
             raise NpaValidationError(f"BurstJobHandle.teardown={self.teardown!r}: use one of {TEARDOWN_POLICIES}")
         if self.submitted_at is not None and not isinstance(self.submitted_at, (int, float)):
             raise NpaValidationError(f"BurstJobHandle.submitted_at={self.submitted_at!r} must be epoch seconds")
+        if self.try_name is not None and (not isinstance(self.try_name, str) or not _NAME_RE.fullmatch(self.try_name)):
+            raise NpaValidationError(f"BurstJobHandle.try_name={self.try_name!r} is not a try name")
 
     @property
     def tears_down(self) -> bool:

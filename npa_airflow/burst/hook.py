@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import weakref
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -37,6 +37,7 @@ TEARDOWN_ATTEMPTS = 3
 TEARDOWN_BACKOFF = Backoff(base=5.0, cap=10.0, jitter=0.0)
 # A followed log stream silent this long is dead: the API server sends a heartbeat every 30 s (SkyPilot 0.14).
 LOG_SILENCE_SECONDS = 90.0
+LOG_TAIL_CHARS = 8192
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,43 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
         value = await client.call(sky.build_job_status(client.identity, cluster, [job_id]), timeout=120)
         return sky.parse_job_status(value, job_id)
 
+    async def ajob_log_tail(self, cluster: str, job_id: int, lines: int = 50) -> str:
+        """The last ``lines`` lines of the job's log (cleaned of terminal codes), at most ``LOG_TAIL_CHARS``."""
+        from npa_airflow.burst import client as sky
+
+        client = await self.aclient()
+        request = sky.build_logs(client.identity, cluster, job_id, follow=False, tail=lines)
+        kept: list[str] = []
+        async for raw in client.stream_lines(request):
+            line = sky.clean_log_line(raw)
+            if line is not None:
+                kept.append(line)
+        return "\n".join(kept)[-LOG_TAIL_CHARS:]
+
+    # -- what earlier tries left (found by name) -------------------------------------------------------------
+
+    async def aclusters(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The clusters among ``names`` that exist, with their records (one request for all names)."""
+        from npa_airflow.burst import client as sky
+
+        client = await self.aclient()
+        return sky.parse_clusters(await client.call(sky.build_status(client.identity, list(names)), timeout=120))
+
+    async def alaunches(self, cluster: str) -> list[RequestResult]:
+        """The launch requests the server still holds for ``cluster``, oldest first."""
+        from npa_airflow.burst import client as sky
+
+        requests = (await (await self.aclient()).cluster_requests(cluster)).values()
+        launches = [r for r in requests if r.name == sky.LAUNCH_REQUEST_NAME and r.cluster_name == cluster]
+        return sorted(launches, key=lambda r: r.created_at or 0.0)
+
+    async def ajobs(self, cluster: str) -> dict[int, str]:
+        """{job id: native state} of every job on ``cluster``."""
+        from npa_airflow.burst import client as sky
+
+        client = await self.aclient()
+        return sky.parse_queue(await client.call(sky.build_queue(client.identity, cluster), timeout=120))
+
     async def astream_job_log(self, cluster: str, job_id: int) -> AsyncIterator[str]:
         """The job's whole log from its start, followed until the job ends, as text pieces (see
         ``client.joblog`` for what the stream carries)."""
@@ -246,7 +284,7 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
         if cancel and job_id is not None:
             await self.acancel_job(handle.cluster, int(job_id), log, wait=wait)
         if teardown and handle.tears_down:
-            await self.ateardown(handle, log, wait=wait)
+            await self.ateardown(handle.cluster, log, wait=wait)
         elif teardown:
             log.info("Cluster %s kept (teardown=%s)", handle.cluster, handle.teardown)
 
@@ -279,32 +317,32 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
         else:
             log.info("Cancelled SkyPilot job %s on cluster %s", job_id, cluster)
 
-    async def ateardown(self, handle: BurstJobHandle, log: logging.Logger, *, wait: bool = True) -> None:
-        """Take the handle's cluster down; with ``wait``, retried and reported if it still fails."""
+    async def ateardown(self, cluster: str, log: logging.Logger, *, wait: bool = True) -> None:
+        """Take ``cluster`` down; with ``wait``, retried and reported if it still fails."""
         from npa_airflow.burst import client as sky
 
         client = await self.aclient()
-        request = sky.build_down(client.identity, handle.cluster)
+        request = sky.build_down(client.identity, cluster)
         if not wait:
             answer = await _answer(client.submit(request))
-            log.info("Teardown of cluster %s requested: %s", handle.cluster, answer)
+            log.info("Teardown of cluster %s requested: %s", cluster, answer)
             return
         for attempt in range(1, TEARDOWN_ATTEMPTS + 1):
             answer = await _answer(client.call(request, timeout=600))
             if not isinstance(answer, Exception):
-                log.info("Cluster %s torn down", handle.cluster)
+                log.info("Cluster %s torn down", cluster)
                 return
             if skypilot_cluster_missing(getattr(answer, "error_type", None)):
-                log.info("Cluster %s is already gone", handle.cluster)
+                log.info("Cluster %s is already gone", cluster)
                 return
             if attempt == TEARDOWN_ATTEMPTS:
                 log.warning(
                     "Teardown of cluster %s failed %d times (%s); it may still hold nodes: take it down with "
                     "`sky down %s` against %s",
-                    *(handle.cluster, attempt, answer, handle.cluster, handle.endpoint),
+                    *(cluster, attempt, answer, cluster, client.endpoint),
                 )
                 return
-            log.info("Teardown of cluster %s failed (%s); retrying", handle.cluster, answer)
+            log.info("Teardown of cluster %s failed (%s); retrying", cluster, answer)
             await apause(TEARDOWN_BACKOFF.delay(attempt))
 
     # -- sync facade (operators and sensors run on a worker thread without a loop) --------------------------------
@@ -337,6 +375,12 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
 
     def job_status(self, cluster: str, job_id: int) -> str | None:
         return self._sync(self.ajob_status(cluster, job_id))
+
+    def job_log_tail(self, cluster: str, job_id: int, lines: int = 50) -> str:
+        return self._sync(self.ajob_log_tail(cluster, job_id, lines))
+
+    def teardown(self, cluster: str, log: logging.Logger) -> None:
+        self._sync(self.ateardown(cluster, log))
 
     def cancel_and_teardown(self, handle: BurstJobHandle, log: logging.Logger, **kwargs: Any) -> None:
         self._sync(self.acancel_and_teardown(handle, log, **kwargs))

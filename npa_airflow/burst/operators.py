@@ -6,6 +6,13 @@ handle to XCom (key ``burst_job``), then wait in the triggerer (``BurstJobTrigge
 deferrable, on the worker with the same code. Kill -> cancel the launch/job and apply the teardown
 policy (``down`` for clusters the task created, ``keep`` for a pinned cluster that already existed).
 
+A try first looks for what earlier tries left, by their names (``burst.adoption``): a live launch or job is
+adopted (``on_previous_try="reattach"``) or cancelled (``"cancel"``), never launched beside. The outcome follows
+the Slurm side: a job that failed by itself fails the task without a retry (``AirflowFailException``, with the end
+of its log); a failed launch, a lost cluster or infrastructure evidence in the log is retried; a wait that could
+not learn the job's end (API server unreachable past its budget) is retried and leaves job and cluster running
+for the next try. The teardown policy applies only when the job ended, was cancelled, or the deadline passed.
+
 Importing this module is cheap: no httpx, no yaml, no SkyPilot at parse time.
 """
 
@@ -19,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from npa_airflow.burst.adoption import AdoptOrLaunchMixin
 from npa_airflow.burst.handle import XCOM_KEY
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import BurstJobLink
@@ -41,8 +49,9 @@ def _seconds(value: timedelta | float | int | None, field: str) -> float | None:
     return float(seconds)
 
 
-class BurstLaunchOperatorBase(BaseOperator):
-    """Launch, wait, cancel and tear down; subclasses say what task to launch (``build_request``)."""
+class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
+    """Launch (or adopt an earlier try's launch), wait, cancel and tear down; subclasses say what task to launch
+    (``build_task_dict``)."""
 
     operator_extra_links = (BurstJobLink(),)
     ui_color = "#d7ecff"
@@ -54,6 +63,7 @@ class BurstLaunchOperatorBase(BaseOperator):
         cluster_name: str | None = None,
         teardown: str | None = None,
         retry_until_up: bool = False,
+        on_previous_try: str = "reattach",
         deadline: timedelta | float | None = None,
         poll_interval: float = 15.0,
         stream_logs: bool = True,
@@ -63,6 +73,15 @@ class BurstLaunchOperatorBase(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        from npa_airflow.common.naming import ON_PREVIOUS_TRY
+        from npa_airflow.exceptions import NpaValidationError
+
+        if on_previous_try not in ON_PREVIOUS_TRY:
+            raise NpaValidationError(
+                f"on_previous_try={on_previous_try!r} must be one of {ON_PREVIOUS_TRY} "
+                "(adopt the earlier try's live launch or job, or cancel it before launching a new one)"
+            )
+        self.on_previous_try = on_previous_try
         self.skypilot_conn_id = skypilot_conn_id
         self.cluster_name = cluster_name
         self.teardown = teardown
@@ -99,16 +118,6 @@ class BurstLaunchOperatorBase(BaseOperator):
         server = conn.host or (conn.extra_dejson or {}).get("server")
         return docker_login_secrets(server, conn.login, conn.password)
 
-    def cluster_for(self, context: Context) -> str:
-        from npa_airflow.burst.task import validate_cluster_name
-        from npa_airflow.common.naming import job_name_for
-
-        if self.cluster_name:
-            return validate_cluster_name(self.cluster_name)
-        ti = context["ti"]
-        name = job_name_for(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", None), int(ti.try_number or 1))
-        return validate_cluster_name(name.lower())
-
     def _teardown_for(self, created: bool) -> str:
         from npa_airflow.burst.task import TEARDOWN_POLICIES
         from npa_airflow.exceptions import NpaValidationError
@@ -126,10 +135,11 @@ class BurstLaunchOperatorBase(BaseOperator):
         self._teardown_for(True)
         secrets = self.registry_secrets()
         task, nodes = self.build_task_dict(context, secrets)
-        cluster = self.cluster_for(context)
+        self.try_refs(context)  # the cluster name is valid
         hook = self.get_hook()
-        handle = self._launch(hook, context, task, nodes, cluster)
-        deadline = None if deadline_s is None else handle.submitted_at + deadline_s
+        handle = self.adopt_or_launch(hook, context, task, nodes)
+        # An adopted launch keeps its first submission time: the deadline counts from there.
+        deadline = None if deadline_s is None else (handle.submitted_at or time.time()) + deadline_s
         if self.deferrable:
             from npa_airflow.burst.triggers import BurstJobTrigger
 
@@ -143,41 +153,6 @@ class BurstLaunchOperatorBase(BaseOperator):
             )
             self.defer(trigger=trigger, method_name="execute_complete")
         return self.execute_complete(context, self._wait_here(hook, handle, poll, deadline, nodes))
-
-    def _launch(
-        self, hook: SkyPilotHook, context: Context, task: dict[str, Any], nodes: int, cluster: str
-    ) -> BurstJobHandle:
-        """Submit the launch and push its handle to XCom (before any wait, so a kill can find it)."""
-        from npa_airflow.burst.handle import BurstJobHandle
-        from npa_airflow.burst.task import dag_yaml
-
-        with hook:
-            launch = hook.launch(dag_yaml(task), cluster, retry_until_up=self.retry_until_up)
-        self.log.info(
-            "SkyPilot API server %s (API %s) at %s", launch.server.version, launch.server.api_version, launch.endpoint
-        )
-        handle = BurstJobHandle(
-            conn_id=self.skypilot_conn_id,
-            endpoint=launch.endpoint,
-            cluster=cluster,
-            name=str(task["name"]),
-            request_id=launch.request_id,
-            created_cluster=launch.created_cluster,
-            teardown=self._teardown_for(launch.created_cluster),
-            submitted_at=time.time(),
-        )
-        self._handle = handle
-        context["ti"].xcom_push(key=XCOM_KEY, value=handle.to_dict())
-        self.log.info(
-            "Launching %s on %s cluster %s (%d node(s)); launch request %s; teardown=%s",
-            handle.name,
-            "new" if launch.created_cluster else "existing",
-            cluster,
-            nodes,
-            launch.request_id,
-            handle.teardown,
-        )
-        return handle
 
     def _wait_here(
         self, hook: SkyPilotHook, handle: BurstJobHandle, poll: float, deadline: float | None, nodes: int
@@ -205,12 +180,27 @@ class BurstLaunchOperatorBase(BaseOperator):
         return asyncio.run(wait())
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Turn the wait's event into the task's outcome (the Slurm side's: a program failure is not retried)."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
         from npa_airflow.burst.watch import validate_event
-        from npa_airflow.exceptions import NpaError, NpaProgramFailure
 
         status, handle, message = validate_event(event)
         self._handle = handle
         context["ti"].xcom_push(key=XCOM_KEY, value=handle.to_dict())
+        job = f"burst job {handle.name} on cluster {handle.cluster}"
+        if status == "interrupted":  # the job's end is unknown: leave it and its cluster to the next try
+            self._finished = True
+            raise AirflowException(
+                f"{job}: {message}. The job and its cluster were left as they are: the next try adopts them "
+                f"(on_previous_try='reattach') or cancels them ('cancel'); to stop them by hand, run "
+                f"`sky down {handle.cluster}` against {handle.endpoint}"
+            )
+        if status == "canceled" and handle.try_name not in (None, self.try_refs(context)[-1].try_name):
+            # An adopted launch of an earlier try was cancelled: that try was cleared, which means "run again".
+            self.log.warning("The adopted %s of an earlier try was cancelled (task cleared); launching anew", job)
+            return self.execute(context)
+        tail = self._log_tail(handle) if status == "failed" else ""  # read before the teardown takes it away
         # A deadline still has a live launch or job: cancel it; every ending applies the teardown policy.
         self._cancel_and_teardown(handle, cancel=status == "deadline")
         self._finished = True
@@ -218,13 +208,32 @@ class BurstLaunchOperatorBase(BaseOperator):
             self.log.info("%s", message)
             return handle.to_dict()
         if status == "deadline":
-            raise NpaError(
-                f"burst job {handle.name} on cluster {handle.cluster}: {message}; the author-set deadline of "
-                f"{self.deadline} passed, so it was cancelled (teardown={handle.teardown})"
+            raise AirflowException(
+                f"{job}: {message}; the author-set deadline of {self.deadline} passed, so it was cancelled "
+                f"(teardown={handle.teardown})"
             )
         if status == "canceled":
-            raise NpaError(f"burst job {handle.name} was cancelled: {message}")
-        raise NpaProgramFailure(f"burst job {handle.name} failed: {message}")
+            raise AirflowFailException(f"{job} was cancelled outside Airflow ({message}); not retried")
+        return self._fail(handle, event, message, tail)
+
+    def _fail(self, handle: BurstJobHandle, event: dict[str, Any], message: str, tail: str) -> Any:
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from npa_airflow.burst.outcome import classify_burst_failure
+
+        verdict = classify_burst_failure(event.get("native_state"), message, tail)
+        shown = f"\n--- last lines of the job's output ---\n{tail}" if tail else ""
+        if verdict.is_infra:
+            raise AirflowException(
+                f"burst job {handle.name} failed for an infrastructure reason ({verdict.evidence}){shown}"
+            )
+        raise AirflowFailException(f"{message}: a program failure, not retried.{shown}")
+
+    def _log_tail(self, handle: BurstJobHandle) -> str:
+        from npa_airflow.burst.outcome import read_log_tail
+
+        with self.get_hook() as hook:
+            return read_log_tail(hook, handle, self.log)
 
     def _cancel_and_teardown(self, handle: BurstJobHandle, *, cancel: bool) -> None:
         with self.get_hook() as hook:
@@ -257,6 +266,7 @@ class BurstTorchrunOperator(BurstLaunchOperatorBase):
     :param workdir: / :param file_mounts: synced to the cluster by SkyPilot.
     :param teardown: ``down`` | ``keep`` | None (down for clusters the task created, else keep).
     :param retry_until_up: keep retrying provisioning until capacity appears.
+    :param on_previous_try: a live launch or job of an earlier try is adopted ("reattach") or cancelled ("cancel").
     :param deadline: seconds (or timedelta) from launch after which the job is cancelled and the task fails.
     :param registry_conn_id: registry credentials (host = server, login, password) for a private image.
     :param master_port: rendezvous port on the master node.

@@ -117,8 +117,8 @@ class BurstJobTrigger(BaseTrigger):
                 )
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
-            event = make_event("failed", self._current, f"waiting for the burst job failed: {exc}")
+        except Exception as exc:  # the job's end is unknown: the operator leaves it to the next try
+            event = make_event("interrupted", self._current, f"waiting for the burst job failed: {exc}")
         self._fired = True
         yield TriggerEvent(event)
 

@@ -3,6 +3,11 @@
 ``watch_job`` follows the launch request until SkyPilot reports the job id, then the job until it ends,
 streaming both logs into the task log and saying at each poll why it is still pending. What is asked of the
 API server, and how, is the hook's (``SkyPilotHook``); this module decides when to ask and what the answers mean.
+
+Every call of the wait (reading the connection, the launch's state and result, the job's state) shares one
+outage budget: while the API server does not answer, the watch keeps asking; once the outage outlasts
+``MAX_UNREACHABLE_SECONDS``, or the wait breaks for a reason it does not know, it ends ``interrupted``: the job's
+end is unknown, so the operator fails the try for a retry and leaves the job and its cluster to the next try.
 """
 
 from __future__ import annotations
@@ -11,9 +16,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.handle import BurstJobHandle
@@ -21,12 +28,15 @@ from npa_airflow.burst.joblog import JobLog, JobLogFollower, LineCount, finish_j
 from npa_airflow.common.remote_errors import skypilot_cluster_gone
 from npa_airflow.common.retry import Backoff, Budget, apause
 from npa_airflow.common.states import JobState
-from npa_airflow.exceptions import NpaConnectionError
+from npa_airflow.exceptions import NpaConnectionError, NpaValidationError
 
 if TYPE_CHECKING:
     from npa_airflow.burst.hook import SkyPilotHook
 
-EVENT_STATUSES = ("success", "failed", "canceled", "deadline")
+T = TypeVar("T")
+
+# "interrupted": the wait stopped before the job's end was known (the job and its cluster are left running).
+EVENT_STATUSES = ("success", "failed", "canceled", "deadline", "interrupted")
 LOG_DRAIN_SECONDS = 30.0
 MAX_UNREACHABLE_SECONDS = 1800.0
 MAX_CONSECUTIVE_API_ERRORS = 5
@@ -92,7 +102,7 @@ class _Outage:
         """Record a failed poll; True once the outage outlasted ``limit`` seconds."""
         if self.budget is None:
             self.budget = Budget(seconds=self.limit)
-        log.warning("SkyPilot API server not answering (%s); retrying", exc)
+        log.warning("SkyPilot API server or its connection unavailable (%s); retrying", exc)
         return not self.budget.allows(0.0)
 
 
@@ -124,10 +134,25 @@ class _JobWatch:
         return asyncio.ensure_future(_pump(lines, self.log, prefix)) if self.stream_logs else None
 
     async def unreachable(self, handle: BurstJobHandle, exc: Exception, native: str | None = None) -> None:
-        """A poll the API server did not answer: pause, or end the watch once the outage is too long."""
+        """A call the API server did not answer: pause, or end the watch once the outage is too long."""
         if self.outage.failed(exc, self.log):
-            raise _Ended(make_event("failed", handle, f"SkyPilot API server unreachable: {exc}", native))
+            message = f"SkyPilot API server unreachable for more than {self.outage.limit:.0f} s: {exc}"
+            raise _Ended(make_event("interrupted", handle, message, native))
         await self.poll_pause()
+
+    async def ask(self, handle: BurstJobHandle, call: Callable[[], Awaitable[T]], native: str | None = None) -> T:
+        """One answer, waiting out an outage within the watch's one budget. The connection is read on the first
+        call; the triggerer reports a connection it could not fetch as not defined, so that waits too."""
+        while True:
+            try:
+                answer = await call()
+            except (NpaConnectionError, AirflowNotFoundException) as exc:
+                await self.unreachable(handle, exc, native)
+                continue
+            except NpaValidationError as exc:  # a connection that can never work: nothing to wait for
+                raise _Ended(make_event("interrupted", handle, f"the SkyPilot connection is unusable: {exc}")) from exc
+            self.outage.ok()
+            return answer
 
     # -- the launch ----------------------------------------------------------------------------------------------
 
@@ -138,7 +163,7 @@ class _JobWatch:
             await self.wait_for_launch(handle)
         finally:
             await _stop(stream, LOG_DRAIN_SECONDS if self.stream_logs else 0)
-        result = await self.hook.alaunch_result(handle.request_id)
+        result = await self.ask(handle, lambda: self.hook.alaunch_result(handle.request_id))
         handle = handle.with_job(self.launched_job_id(handle, result))
         if self.on_job_id is not None:
             self.on_job_id(handle)
@@ -147,15 +172,10 @@ class _JobWatch:
 
     async def wait_for_launch(self, handle: BurstJobHandle) -> None:
         while True:
-            try:
-                result = await self.hook.alaunch_status(handle.request_id)
-                self.outage.ok()
-            except NpaConnectionError as exc:
-                await self.unreachable(handle, exc)
-                continue
+            result = await self.ask(handle, lambda: self.hook.alaunch_status(handle.request_id))
             if result is None:
                 message = f"launch request {handle.request_id} is unknown to the API server"
-                raise _Ended(make_event("failed", handle, message))
+                raise _Ended(make_event("interrupted", handle, message))
             if result.finished:
                 return
             self.log.info(
@@ -213,13 +233,11 @@ class _JobWatch:
     async def read_job_state(self, handle: BurstJobHandle, native: str | None) -> tuple[bool, str | None]:
         """``(True, state)`` on an answer; ``(False, last state)`` after a tolerated failure and a pause."""
         assert handle.job_id is not None
+        job_id = handle.job_id
         try:
-            native = await self.hook.ajob_status(handle.cluster, handle.job_id)
-            self.outage.ok()
+            native = await self.ask(handle, lambda: self.hook.ajob_status(handle.cluster, job_id), native)
             self.api_errors = Budget(attempts=MAX_CONSECUTIVE_API_ERRORS)
             return True, native
-        except NpaConnectionError as exc:
-            await self.unreachable(handle, exc, native)
         except sky.SkyPilotApiError as exc:
             await self.api_error(handle, exc, native)
         return False, native
@@ -232,7 +250,7 @@ class _JobWatch:
         delay = self.api_error_backoff.delay(self.api_errors.failures + 1)
         if not self.api_errors.allows(delay):
             message = f"job status unavailable {self.api_errors.failures} times: {exc}"
-            raise _Ended(make_event("failed", handle, message, native))
+            raise _Ended(make_event("interrupted", handle, message, native))
         self.log.warning("Job status of %s on %s failed (%s); retrying", handle.job_id, handle.cluster, exc)
         await apause(delay)
 
@@ -274,10 +292,22 @@ async def watch_job(
     ``stream_launch_log=False`` leaves out the launch's log (an earlier trigger of this try showed it).
     """
     gang = f"all {nodes} node(s)" if nodes else "all nodes"
-    watch = _JobWatch(hook, poll_interval, deadline, stream_logs, log, gang, on_job_id, line_count)
+    latest = handle
+
+    def remember(current: BurstJobHandle) -> None:
+        nonlocal latest
+        latest = current
+        if on_job_id is not None:
+            on_job_id(current)
+
+    watch = _JobWatch(hook, poll_interval, deadline, stream_logs, log, gang, remember, line_count)
     try:
+        await watch.ask(handle, hook.aclient)
         if handle.job_id is None:
             handle = await watch.follow_launch(handle, stream_launch_log)
         return await watch.follow_job(handle)
     except _Ended as ended:
         return ended.event
+    except Exception as exc:  # a wait that breaks leaves the job alone: its end is unknown
+        log.exception("Waiting for burst job %s failed", latest.to_json())
+        return make_event("interrupted", latest, f"waiting for the burst job failed: {type(exc).__name__}: {exc}")

@@ -2,7 +2,8 @@
 
 A name is ``npa-<slug>-<hash10>-t<try>``: the slug keeps it readable in ``squeue``, the hash over
 (dag, task, run, map index) makes it unique per task instance, and the try suffix lets a new try find
-the jobs of earlier tries by exact name (``-t1`` .. ``-t<try-1>``).
+the jobs of earlier tries by exact name (``-t1`` .. ``-t<try-1>``). Burst uses the same names, lowercased, for
+its launches and the clusters it brings up.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from npa_airflow.exceptions import NpaValidationError
 # quoting anywhere and cannot collide with sacct/squeue list syntax (no commas, spaces or pipes).
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 JOB_NAME_MAX = 128
+# What a new try does with a live job of an earlier try: adopt it and wait for it, or cancel it and start anew.
+ON_PREVIOUS_TRY = ("reattach", "cancel")
 SLUG_MAX = 40
 HASH_LEN = 10
 

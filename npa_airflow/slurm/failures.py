@@ -14,65 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Literal
 
+from npa_airflow.common.failures import INFRA_PATTERNS, MAX_EVIDENCE_LINE, MAX_EVIDENCE_LINES, FailureVerdict
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import SlurmJobInfo
 from npa_airflow.slurm.states import INFRA_NATIVE_STATES
 
-FailureKind = Literal["infra", "program"]
-MAX_EVIDENCE_LINES = 3
-MAX_EVIDENCE_LINE = 300
 MAX_HOSTLIST = 4096
 
-
-@dataclass(frozen=True)
-class FailureVerdict:
-    kind: FailureKind
-    evidence: str
-    bad_nodes: tuple[str, ...] = ()
-
-    @property
-    def is_infra(self) -> bool:
-        return self.kind == "infra"
-
-
-INFRA_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (label, re.compile(pattern, re.IGNORECASE))
-    for label, pattern in (
-        ("node failure", r"\bNode failure on\b|\bNODE_FAIL\b|\bnode .* (?:not responding|is down)\b"),
-        (
-            "NCCL transport error",
-            r"NCCL WARN .*(?:NET/|transport|socket|ibv_|connection (?:closed|reset|refused))"
-            r"|\bncclSystemError\b|\bncclRemoteError\b|\bunhandled system error\b.*NCCL|NCCL error.*(?:system|remote)"
-            r"|transport/net_ib|\bNET/IB\b.*(?:error|fail)|\bibv_\w+ failed",
-        ),
-        (
-            "NCCL collective timeout",
-            r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout|NCCL (?:communicator )?"
-            r"(?:timeout|was aborted)|\bcollective operation timeout\b",
-        ),
-        # before the CUDA patterns: an Xid line often also says "GPU has fallen off the bus"
-        ("Xid error", r"(?-i:\bNVRM: Xid\b|\bXid\s*(?:\(PCI:[^)]*\))?\s*:?\s*\d+)"),
-        (
-            "CUDA driver initialisation failure",
-            r"CUDA driver initiali[sz]ation failed|cudaErrorInitializationError|CUDA error: initiali[sz]ation error"
-            r"|CUDA_ERROR_(?:NO_DEVICE|NOT_INITIALIZED)|\bcuInit\b.*(?:fail|error)|No CUDA GPUs are available"
-            r"|(?:Failed to|unable to) initiali[sz]e NVML|NVIDIA-SMI has failed|GPU has fallen off the bus"
-            r"|uncorrectable ECC error",
-        ),
-        (
-            "GPU/IB link down",
-            r"\b(?:mlx\d?_\d+|ib\d+|hca|infiniband|port \d+|nvlink)\b.*\b(?:link (?:is )?down|state:? ?down)\b"
-            r"|\blink (?:is )?down\b.*\b(?:mlx\d?_\d+|ib\d+|nvlink|infiniband)\b|NVLink.*(?:inactive|error)",
-        ),
-        (
-            "OOM killer",
-            r"Out of memory: Kill(?:ed)? process|\boom[-_]kill(?:er)?\b|\boom_reaper\b|\boom-kill event",
-        ),
-    )
-)
 
 # Where a log line names its node.
 _NODE_HINTS = (

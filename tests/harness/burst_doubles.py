@@ -1,5 +1,4 @@
-"""Burst test doubles: a job handle, a scripted stand-in for ``AsyncSkyPilotClient``, replayed HTTP answers,
-and a request the production code no longer sends (``/queue``) that the recorded samples were made with."""
+"""Burst test doubles: a job handle, a scripted stand-in for ``AsyncSkyPilotClient`` and replayed HTTP answers."""
 
 from __future__ import annotations
 
@@ -61,11 +60,12 @@ class ScriptedClient:
     async def submit(self, request):
         return self._answer("submit", request)
 
+    async def cluster_requests(self, cluster):
+        return self._answer("requests", cluster)
 
-def build_queue(identity: sky.Identity, cluster: str) -> sky.ApiRequest:
-    """``/queue`` of a cluster: on a missing cluster it fails with ClusterDoesNotExist (a recorded sample)."""
-    body = identity.body(cluster_name=cluster, skip_finished=False, all_users=True)
-    return sky.ApiRequest("POST", "/queue", body=body)
+    async def stream_lines(self, request, *, timeout=None):
+        for line in self._answer("stream", request):
+            yield line
 
 
 def replay(routes: dict[tuple[str, str], list[dict]], seen: list[httpx.Request]) -> httpx.MockTransport:

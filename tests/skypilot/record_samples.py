@@ -21,11 +21,11 @@ from npa_airflow.burst.client import (
     build_get,
     build_health,
     build_launch,
+    build_queue,
     build_request_status,
     build_status,
 )
 from npa_airflow.burst.task import dag_yaml
-from tests.harness.burst_doubles import build_queue
 
 SAMPLES = Path(__file__).resolve().parent.parent / "unit" / "burst" / "samples"
 KEEP_HEADERS = ("x-skypilot-request-id", "x-skypilot-api-version", "x-skypilot-version", "content-type")

@@ -8,7 +8,6 @@ import pytest
 
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.task import dag_yaml
-from tests.harness.burst_doubles import build_queue
 from tests.skypilot.conftest import run_dag_test
 
 DAGS = Path(__file__).resolve().parent / "dags"
@@ -40,7 +39,7 @@ def test_status_round_trip_lists_clusters(skypilot_server):
 
 def test_failed_request_error_is_readable(skypilot_server):
     with sky.SkyPilotClient(skypilot_server) as client, pytest.raises(sky.SkyPilotApiError) as info:
-        client.call(build_queue(client.identity, "npa-no-such-cluster"))
+        client.call(sky.build_queue(client.identity, "npa-no-such-cluster"))
     assert info.value.error_type == "ClusterDoesNotExist"
     assert "Cluster 'npa-no-such-cluster' does not exist." in str(info.value)
     assert "\x1b" not in str(info.value)

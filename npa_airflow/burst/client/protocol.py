@@ -33,6 +33,7 @@ VERSION_HEADER = "X-SkyPilot-Version"
 REQUEST_ID_HEADER = "X-Skypilot-Request-ID"
 
 REQUEST_ACTIVE = ("PENDING", "WAITING", "RUNNING")
+LAUNCH_REQUEST_NAME = "sky.launch"
 REQUEST_FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 # SkyPilot job states (sky.skylet.job_lib.JobStatus) in the shared vocabulary.
@@ -56,6 +57,7 @@ _CONTROL_RE = re.compile(
 )
 
 
+_DAG_NAME_RE = re.compile(r"name: ([A-Za-z0-9][A-Za-z0-9._-]{0,127})\n")
 _TREE_RE = re.compile(r"^\s*[├└│]──\s*")
 _TERMINAL_ONLY = ("(Ctrl-C to exit log streaming", "Waiting for 'sky.", "[?25h", "[?25l")
 
@@ -185,6 +187,17 @@ def build_request_log(request_id: str) -> ApiRequest:
     return ApiRequest("GET", "/api/stream", params=params)
 
 
+def build_cluster_requests(cluster: str) -> ApiRequest:
+    """Every request the server still holds for ``cluster`` (finished ones too; kept 24 h by default)."""
+    return ApiRequest("GET", "/api/status", params={"cluster_name": cluster, "all_status": "true"})
+
+
+def build_queue(identity: Identity, cluster: str) -> ApiRequest:
+    """The jobs of a cluster, every user's, finished ones too (fails with ClusterDoesNotExist/NotUp)."""
+    body = identity.body(cluster_name=cluster, skip_finished=False, all_users=True)
+    return ApiRequest("POST", "/queue", body=body)
+
+
 def build_get(request_id: str) -> ApiRequest:
     return ApiRequest("GET", "/api/get", params={"request_id": _check_request_id(request_id)})
 
@@ -243,6 +256,8 @@ class RequestResult:
     error_message: str | None = None
     status_msg: str | None = None
     cluster_name: str | None = None
+    created_at: float | None = None
+    dag_name: str | None = None  # a launch's DAG name, when a request listing shows its body
 
     @property
     def finished(self) -> bool:
@@ -354,6 +369,7 @@ def parse_request_payload(payload: Mapping[str, Any]) -> RequestResult:
     elif error not in (None, "", "null"):
         error_type, error_message = "Error", strip_ansi(str(error)).strip()
     status_msg = payload.get("status_msg")
+    created_at = payload.get("created_at")
     return RequestResult(
         request_id=request_id,
         name=name,
@@ -363,7 +379,22 @@ def parse_request_payload(payload: Mapping[str, Any]) -> RequestResult:
         error_message=error_message,
         status_msg=strip_ansi(status_msg).strip() if isinstance(status_msg, str) else None,
         cluster_name=payload.get("cluster_name"),
+        created_at=float(created_at) if isinstance(created_at, (int, float)) else None,
+        dag_name=launch_dag_name(payload.get("request_body")) if name == LAUNCH_REQUEST_NAME else None,
     )
+
+
+def launch_dag_name(request_body: Any) -> str | None:
+    """The DAG name of a launch from its body as a request listing shows it (JSON; ``/api/get`` sends a pickle,
+    which is never read), taken from the first line of the task YAML (``dag_yaml`` writes ``name: <name>``)."""
+    if not isinstance(request_body, str) or not request_body.startswith("{"):
+        return None
+    try:
+        task = json.loads(request_body).get("task")
+    except (ValueError, AttributeError):
+        return None
+    match = _DAG_NAME_RE.match(task) if isinstance(task, str) else None
+    return match.group(1) if match else None
 
 
 def parse_get(status_code: int, payload: Any, request_id: str) -> RequestResult:
@@ -411,6 +442,17 @@ def interpret_job_state(native: str | None) -> JobState:
     if native is None:
         return JobState.UNKNOWN
     return JOB_STATES.get(native.upper(), JobState.UNKNOWN)
+
+
+def parse_queue(return_value: Any) -> dict[int, str]:
+    """``/queue`` result -> {job id: native state}."""
+    if not isinstance(return_value, list):
+        raise NpaParseError(f"queue result is not a list: {_short(return_value)}")
+    jobs = {}
+    for record in return_value:
+        if isinstance(record, dict) and isinstance(record.get("job_id"), int) and record.get("status") is not None:
+            jobs[record["job_id"]] = str(record["status"])
+    return jobs
 
 
 def parse_clusters(return_value: Any) -> dict[str, dict[str, Any]]:

@@ -58,6 +58,9 @@ class SkyPilotClient:
     def request_statuses(self, request_ids: Sequence[str]) -> dict[str, RequestResult]:
         return run_sync(self.core.request_statuses(request_ids))
 
+    def cluster_requests(self, cluster: str) -> dict[str, RequestResult]:
+        return run_sync(self.core.cluster_requests(cluster))
+
     def call(self, request: ApiRequest, *, timeout: float | None = 600) -> Any:
         return run_sync(self.core.call(request, timeout=timeout))
 

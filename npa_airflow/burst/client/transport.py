@@ -19,6 +19,7 @@ from npa_airflow.burst.client.protocol import (
     ServerInfo,
     SkyPilotApiError,
     build_api_cancel,
+    build_cluster_requests,
     build_get,
     build_health,
     build_request_status,
@@ -142,6 +143,11 @@ class AsyncSkyPilotClient:
 
     async def request_statuses(self, request_ids: Sequence[str]) -> dict[str, RequestResult]:
         response = await self.send(build_request_status(request_ids))
+        return parse_request_statuses(response.status_code, decode(response))
+
+    async def cluster_requests(self, cluster: str) -> dict[str, RequestResult]:
+        """The requests the server still holds for ``cluster``, by id (finished ones too)."""
+        response = await self.send(build_cluster_requests(cluster))
         return parse_request_statuses(response.status_code, decode(response))
 
     async def call(self, request: ApiRequest, *, timeout: float | None = 600) -> Any:

@@ -27,6 +27,7 @@ from airflow.sdk import BaseOperator
 
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import SLURM_TRY_XCOM_KEY, SLURM_XCOM_KEY, SlurmJobLink
+from npa_airflow.common.naming import ON_PREVIOUS_TRY
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.operators.cancel import JobCancelMixin
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
 
-ON_PREVIOUS_TRY = ("reattach", "cancel")
 DEFAULT_PENDING_ALLOWANCE = timedelta(hours=24)
 
 

@@ -192,3 +192,34 @@ def test_recorded_job_and_launch_logs_are_cleaned():
     launch = [line for line in map(sky.clean_log_line, rec["launch_log"]) if line is not None]
     assert all("\x1b" not in line and "<sky-payload" not in line and "heartbeat" not in line for line in launch)
     assert "Job submitted, ID: 1" in "\n".join(launch)
+
+
+def test_a_launch_in_a_request_listing_shows_its_dag_name_and_creation_time():
+    from npa_airflow.burst.task import dag_yaml
+
+    body = json.dumps(
+        {"cluster_name": "npa-c1", "task": dag_yaml({"name": "train", "run": "x"}, "npa-d-0123456789-t2")}
+    )
+    payload = {"request_id": "63e57704-ba0f-4b9a", "name": "sky.launch", "status": "RUNNING", "created_at": 17.5}
+    listed = sky.parse_request_payload({**payload, "request_body": body, "cluster_name": "npa-c1"})
+    assert (listed.dag_name, listed.created_at, listed.cluster_name) == ("npa-d-0123456789-t2", 17.5, "npa-c1")
+    # /api/get sends the body pickled (never read) and other users' listings send null: no name then.
+    assert sky.parse_request_payload({**payload, "request_body": "gASVawIAAAAAAACMHHNreS5zZX"}).dag_name is None
+    assert sky.parse_request_payload({**payload, "request_body": "null"}).dag_name is None
+
+
+def test_cluster_request_listing_and_queue():
+    req = sky.build_cluster_requests("npa-c1")
+    assert (req.method, req.path, dict(req.params)) == (
+        "GET",
+        "/api/status",
+        {"cluster_name": "npa-c1", "all_status": "true"},
+    )
+    queue = sky.build_queue(IDENT, "npa-c1")
+    assert (queue.path, queue.body["cluster_name"], queue.body["all_users"]) == ("/queue", "npa-c1", True)
+    assert sky.parse_queue([{"job_id": 1, "status": "FAILED"}, {"job_id": 2, "status": "RUNNING"}]) == {
+        1: "FAILED",
+        2: "RUNNING",
+    }
+    with pytest.raises(NpaParseError):
+        sky.parse_queue({"job_id": 1})

@@ -13,7 +13,7 @@ import pytest
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.client.transport import SEND_BACKOFF
 from npa_airflow.exceptions import NpaConnectionError
-from tests.harness.burst_doubles import build_queue, replay
+from tests.harness.burst_doubles import replay
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 
@@ -35,7 +35,7 @@ def test_sync_client_call_raises_the_servers_error():
     client = sky.SkyPilotClient("http://sky.test", token="t0k", transport=replay(recorded_routes(), seen))
     assert client.health().api_version == 62
     with pytest.raises(sky.SkyPilotApiError, match="ClusterDoesNotExist"):
-        client.call(build_queue(client.identity, "npa-no-such-cluster"))
+        client.call(sky.build_queue(client.identity, "npa-no-such-cluster"))
     assert [r.url.path for r in seen] == ["/api/health", "/queue", "/api/get"]
     assert all(r.headers["X-SkyPilot-API-Version"] == "62" for r in seen)
     assert seen[1].headers["Authorization"] == "Bearer t0k"
@@ -49,7 +49,7 @@ async def test_async_client_speaks_the_same_protocol():
     client = sky.AsyncSkyPilotClient("http://sky.test", transport=replay(recorded_routes(), seen))
     assert (await client.health()).version == "0.14.1"
     with pytest.raises(sky.SkyPilotApiError, match="ClusterDoesNotExist"):
-        await client.call(build_queue(client.identity, "npa-no-such-cluster"))
+        await client.call(sky.build_queue(client.identity, "npa-no-such-cluster"))
     assert [r.url.path for r in seen] == ["/api/health", "/queue", "/api/get"]
     assert "Authorization" not in seen[1].headers
     await client.aclose()

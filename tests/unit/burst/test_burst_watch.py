@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -9,7 +10,8 @@ import pytest
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.hook import SkyPilotHook
 from npa_airflow.burst.watch import make_event, validate_event
-from tests.harness.burst_doubles import ScriptedClient
+from npa_airflow.exceptions import NpaConnectionError
+from tests.harness.burst_doubles import RID, ScriptedClient
 from tests.harness.burst_doubles import burst_handle as handle
 
 LOG = logging.getLogger("test")
@@ -44,7 +46,8 @@ async def test_watch_gives_up_after_repeated_job_status_failures_and_on_a_gone_c
     event = await watch_job(
         SkyPilotHook(client=client), handle(job_id=1), poll_interval=0, deadline=None, stream_logs=False, log=LOG
     )
-    assert event["status"] == "failed" and "unavailable 5 times" in event["message"]
+    # The job's state is unknown, not failed: the cluster is left for the next try.
+    assert event["status"] == "interrupted" and "unavailable 5 times" in event["message"]
     gone = sky.SkyPilotApiError("gone", error_type="ClusterDoesNotExist")
     event = await watch_job(
         SkyPilotHook(client=ScriptedClient([gone])),
@@ -65,3 +68,54 @@ async def test_watch_fires_the_deadline_while_pending():
         SkyPilotHook(client=client), handle(job_id=1), poll_interval=0, deadline=1.0, stream_logs=False, log=LOG
     )
     assert event["status"] == "deadline" and "PENDING" in event["message"]
+
+
+def _watch(client, **kwargs):
+    from npa_airflow.burst.watch import watch_job
+
+    hook = kwargs.pop("hook", None) or SkyPilotHook(client=client)
+    return asyncio.run(
+        watch_job(hook, kwargs.pop("job", handle()), poll_interval=0, deadline=None, stream_logs=False, log=LOG)
+    )
+
+
+def test_an_outage_while_reading_the_launch_result_is_waited_out():
+    """``/api/get`` after the launch shares the outage budget with the status polls (it used to fail the wait)."""
+    done = sky.RequestResult(request_id=RID, name="sky.launch", status="SUCCEEDED")
+    got = sky.RequestResult(request_id=RID, name="sky.launch", status="SUCCEEDED", return_value={"job_id": 3})
+    down = NpaConnectionError("SkyPilot API server at http://sky.test unreachable: ConnectError")
+    client = ScriptedClient([{RID: done}, down, down, got, {"3": "SUCCEEDED"}])
+    event = _watch(client)
+    assert (event["status"], event["handle"]["job_id"]) == ("success", 3)
+
+
+def test_an_outage_past_the_budget_interrupts_the_wait(monkeypatch):
+    from npa_airflow.burst import watch
+
+    monkeypatch.setattr(watch, "MAX_UNREACHABLE_SECONDS", 0.0)
+    down = NpaConnectionError("unreachable")
+    event = _watch(ScriptedClient([{"1": "RUNNING"}, down, down]), job=handle(job_id=1))
+    assert event["status"] == "interrupted" and "unreachable for more than 0 s" in event["message"]
+    assert event["native_state"] == "RUNNING"
+
+
+def test_a_connection_that_cannot_be_read_yet_is_waited_out_and_a_broken_wait_is_interrupted():
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    client = ScriptedClient([{"1": "SUCCEEDED"}])
+
+    class ResumingHook(SkyPilotHook):
+        """As in a triggerer whose API server is briefly away: the connection is reported as not defined."""
+
+        failures = 2
+
+        async def aclient(self):
+            if self.failures:
+                self.failures -= 1
+                raise AirflowNotFoundException("The conn_id `skypilot_default` isn't defined")
+            return client
+
+    event = _watch(client, hook=ResumingHook(), job=handle(job_id=1))
+    assert event["status"] == "success"
+    broken = _watch(ScriptedClient([ValueError("a bug")]), job=handle(job_id=1))
+    assert broken["status"] == "interrupted" and "ValueError: a bug" in broken["message"]
