@@ -67,9 +67,8 @@ def cancel_slurm_job(handle: dict[str, Any]) -> None:
     job = SlurmJobHandle.from_dict(handle)
     hook = SlurmHook(slurm_conn_id=job.conn_id).on_cluster(job.cluster)
     marker = cancel_marker_for(job.script_path) if job.script_path else None
-    shred = (job.env_file,) if job.env_file else ()
     outcome = retry(
-        lambda: hook.cancel(job.job_id, marker=marker, shred=shred),
+        lambda: hook.cancel(job.job_id, marker=marker, shred=job.secret_files),
         transient=cluster_did_not_answer,
         backoff=Backoff(base=2.0, cap=15.0, jitter=0.5),
         budget=Budget(seconds=CANCEL_TIMEOUT),

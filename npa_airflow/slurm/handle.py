@@ -47,6 +47,11 @@ class SlurmJobHandle:
     env_file: str | None = None
     script_path: str | None = None  # the submitted script; Airflow's cancel marker sits next to it
 
+    @property
+    def secret_files(self) -> tuple[str, ...]:
+        """What to shred once the job has ended for good: its sidecar, if it has one."""
+        return (self.env_file,) if self.env_file else ()
+
     def __post_init__(self) -> None:
         fullmatch_or_raise(
             self.conn_id, _CONN_ID_RE, f"SlurmJobHandle.conn_id={self.conn_id!r} is not a valid connection id"

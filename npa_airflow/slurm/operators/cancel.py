@@ -89,7 +89,7 @@ class JobCancelMixin:
         """scancel the job, retrying while the cluster does not answer (for ON_KILL_SECONDS when the task is being
         killed); a failure is logged as an error, never as a cancel, and the report says so."""
         marker = marker_of(handle.script_path)
-        shred = (handle.env_file,) if handle.env_file else ()
+        shred = handle.secret_files
         try:
             outcome = self._through_outage(
                 f"cancelling Slurm job {handle.job_id}",
@@ -128,7 +128,7 @@ class JobCancelMixin:
 
     def _cancel_in_flight(self, hook: SlurmHook, job: PreparedJob) -> None:
         name = job.job_name
-        shred = (job.env_file,) if job.env_file else ()
+        shred = job.secret_files
         try:
             self._through_outage(
                 f"cancelling Slurm jobs named {name}",

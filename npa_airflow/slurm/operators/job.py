@@ -39,6 +39,11 @@ class PreparedJob:
     secret_values: tuple[str, ...] = field(default=(), repr=False)  # must never appear in the script
     env_file: str | None = None  # the secrets sidecar among `files`: removed once the job has ended for good
 
+    @property
+    def secret_files(self) -> tuple[str, ...]:
+        """What to shred once the job has ended for good: its sidecar, if it has one."""
+        return (self.env_file,) if self.env_file else ()
+
     @classmethod
     def from_spec(cls, spec: Any, script: str, **where: Any) -> PreparedJob:
         """A job whose name, log paths, partition and time limit come from a built spec (conversion, probe)."""

@@ -67,7 +67,7 @@ class AdoptOrSubmitMixin:
             if previous and previous[-1].state is JobState.CANCELED:  # it would have been adopted: whose cancel?
                 last = previous[-1]
                 whose = " of an earlier try"
-                script = self._script_of(job, last.job_name)
+                script = self._prepared_for(job, last.job_name).script_path
                 self.fail_unless_cancelled_by_airflow(hook, last.job_id, last.job_name or "", script, whose)
         if live and job.required_paths:  # never cancel a running job for a submission that cannot happen
             self._require_inputs(hook, job, live[-1])
@@ -75,18 +75,19 @@ class AdoptOrSubmitMixin:
             self.log.info(
                 "Cancelling Slurm job %s (%s) of an earlier try (on_previous_try='cancel')", j.job_id, j.job_name
             )
-            script = self._script_of(job, j.job_name)
-            shred = self._secret_files_of(j.job_name, job)
-            self.cancel_through_outage(hook, j.job_id, "cancelling an earlier try", script, shred=shred)
+            earlier = self._prepared_for(job, j.job_name)
+            self.cancel_through_outage(
+                hook, j.job_id, "cancelling an earlier try", earlier.script_path, shred=earlier.secret_files
+            )
 
         retry_of = previous[-1].job_id if previous else None
         return self._submit(hook, job, try_number, retry_of)
 
-    def _script_of(self, job: PreparedJob, name: str | None) -> str:
-        """The script path of the job named `name` (an earlier try's, or this one's)."""
+    def _prepared_for(self, job: PreparedJob, name: str | None) -> PreparedJob:
+        """The job named `name` as its try prepared it (its script and sidecar paths), or `job` itself."""
         if not name or name == job.job_name or self._prepare_named is None:
-            return job.script_path
-        return self._prepare_named(name).script_path
+            return job
+        return self._prepare_named(name)
 
     def _submit_time(self, hook: SlurmHook, job_id: str) -> float | None:
         """Slurm's submit time of an adopted job: its max_wait counts from there, not from this try."""
@@ -103,10 +104,10 @@ class AdoptOrSubmitMixin:
         keep = live[-1]
         for extra in live[:-1]:
             self.log.warning("Cancelling duplicate live job %s (%s) of an earlier try", extra.job_id, extra.job_name)
+            duplicate = self._prepared_for(job, extra.job_name)
             # A duplicate of the same name shares the kept job's sidecar: that one stays.
-            shred = self._secret_files_of(extra.job_name, job) if extra.job_name != keep.job_name else ()
-            script = self._script_of(job, extra.job_name)
-            self.cancel_through_outage(hook, extra.job_id, "cancelling a duplicate", script, shred=shred)
+            shred = duplicate.secret_files if extra.job_name != keep.job_name else ()
+            self.cancel_through_outage(hook, extra.job_id, "cancelling a duplicate", duplicate.script_path, shred=shred)
         self.log.info(
             "Reattaching to Slurm job %s (%s) of an earlier try instead of submitting a new one",
             keep.job_id,
@@ -180,7 +181,7 @@ class AdoptOrSubmitMixin:
         ids = sorted({m.job_id for m in matches})
         if len(ids) > 1:
             for job_id in ids:
-                shred = (job.env_file,) if job.env_file and job_id == ids[-1] else ()  # they share one sidecar
+                shred = job.secret_files if job_id == ids[-1] else ()  # they share one sidecar
                 self.cancel_through_outage(hook, job_id, "cancelling a duplicate", job.script_path, shred=shred)
             raise NpaAmbiguousSubmission(
                 f"{len(ids)} Slurm jobs are named {job.job_name} ({', '.join(ids)}); all were cancelled so no "
@@ -189,13 +190,6 @@ class AdoptOrSubmitMixin:
         self.log.info("Adopting Slurm job %s (%s): %s", ids[0], job.job_name, why)
         submitted = self._submit_time(hook, ids[0])
         return self._handle_of(hook, job, ids[0], try_number=try_number, retry_of=None, submitted_at=submitted)
-
-    def _secret_files_of(self, job_name: str | None, job: PreparedJob) -> tuple[str, ...]:
-        """The secrets sidecar of the job named `job_name` (an earlier try's), shredded when it is cancelled."""
-        if not job_name or job_name == job.job_name or self._prepare_named is None:
-            return (job.env_file,) if job.env_file else ()
-        env_file = self._prepare_named(job_name).env_file
-        return (env_file,) if env_file else ()
 
     def _handle_of(self, hook: SlurmHook, job: PreparedJob, job_id: str, **details: Any) -> SlurmJobHandle:
         """The handle of `job` as `job_id`; `details`: try_number, retry_of, submitted_at and, from sbatch, cluster."""
