@@ -368,6 +368,17 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         if result.returncode is None:
             raise NpaRemoteError(f"removing {', '.join(paths)} on {result.host} got no exit status")
 
+    async def arun_batch(self, argvs: Sequence[Sequence[str] | str], timeout: float = 120) -> list[CommandResult]:
+        """Read-only commands run in turn in ONE round trip; one result per command (its own exit status and
+        output). A batch that got no complete answer raises, as :meth:`arun` does for one command."""
+        result = await self.arun(commands.build_batch(argvs), timeout=timeout, check=False)
+        if result.returncode != 0:
+            raise NpaRemoteError(
+                f"batched commands failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"
+            )
+        frames = commands.parse_batch(result.stdout, len(argvs))
+        return [CommandResult(stdout=out, stderr=err, returncode=rc, host=result.host) for rc, out, err in frames]
+
     async def atail_logs(
         self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20
     ) -> list[commands.LogChunk]:
@@ -397,16 +408,30 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
             return []
         cluster = await self.atarget_cluster()
         found: dict[str, commands.SlurmJobInfo] = {}
-        sacct = await self.arun(commands.build_find_by_name_sacct(names, cluster), check=False)
+        sacct, squeue = await self.arun_batch(
+            [commands.build_find_by_name_sacct(names, cluster), commands.build_find_by_name_squeue(names, cluster)]
+        )
         if sacct.returncode == 0:
             found.update(commands.parse_sacct(sacct.text))
-        squeue = await self.arun(commands.build_find_by_name_squeue(names, cluster), check=False)
         if squeue.returncode == 0:
             found.update(commands.parse_squeue(squeue.text))  # live view wins over accounting lag
         if sacct.returncode != 0 and squeue.returncode != 0:
             raise NpaRemoteError(f"could not look up jobs by name on {squeue.host}: {squeue.error_text[-500:]}")
         wanted = set(names)
         return [info for info in found.values() if info.job_name in wanted]
+
+    async def acluster_layout(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(partitions, nodes) as :meth:`apartitions` and :meth:`anodes` read them, in one round trip."""
+        cluster = await self.atarget_cluster()
+        partitions, nodes = await self.arun_batch(
+            [commands.build_partitions(cluster), commands.build_scontrol_nodes(cluster)]
+        )
+        for result in (partitions, nodes):
+            if result.returncode != 0:
+                raise NpaRemoteError(
+                    f"scontrol failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"
+                )
+        return commands.parse_partitions(partitions.text), commands.parse_scontrol_nodes(nodes.text)
 
     async def anodes(self) -> dict[str, Any]:
         result = await self.arun(commands.build_scontrol_nodes(await self.atarget_cluster()))

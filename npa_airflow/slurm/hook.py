@@ -71,6 +71,9 @@ class SlurmHook(AsyncSlurmHook):
     def find_jobs_by_name(self, names: Sequence[str]) -> list[commands.SlurmJobInfo]:
         return self._sync(self.afind_jobs_by_name(names))
 
+    def cluster_layout(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return self._sync(self.acluster_layout())
+
     def nodes(self) -> dict[str, Any]:
         return self._sync(self.anodes())
 

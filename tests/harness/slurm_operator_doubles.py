@@ -111,6 +111,10 @@ class HookDouble:
     def nodes(self):
         return dict(self.node_records)
 
+    def cluster_layout(self):
+        self.calls.append(("partitions",))  # the same read as partitions(), with the nodes
+        return dict(self.partition_records), dict(self.node_records)
+
     def paths_exist(self, paths):
         self.calls.append(("paths_exist", tuple(paths)))
         return {p: p not in self.missing_paths for p in paths}

@@ -7,6 +7,7 @@ This package re-exports all of them, so callers write ``commands.build_sacct_sta
 from npa_airflow.slurm.commands.builders import (
     CANCEL_MARKER_SUFFIX,
     DEFAULT_NAME_SEARCH_START,
+    build_batch,
     build_cancel,
     build_cancel_and_shred,
     build_cancel_by_name,
@@ -27,6 +28,7 @@ from npa_airflow.slurm.commands.builders import (
 from npa_airflow.slurm.commands.parsers import (
     may_run_again,
     merge_live_states,
+    parse_batch,
     parse_cancel_origin,
     parse_exit_code,
     parse_gres_gpus,
@@ -76,6 +78,7 @@ __all__ = [
     "PartitionInfo",
     "SlurmJobInfo",
     "SubmitResult",
+    "build_batch",
     "build_cancel",
     "build_cancel_and_shred",
     "build_cancel_by_name",
@@ -94,6 +97,7 @@ __all__ = [
     "cancel_marker_for",
     "may_run_again",
     "merge_live_states",
+    "parse_batch",
     "parse_cancel_origin",
     "parse_exit_code",
     "parse_gres_gpus",

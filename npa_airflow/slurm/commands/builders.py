@@ -20,6 +20,8 @@ from npa_airflow.common.checks import fullmatch_or_raise
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.commands.records import (
+    BATCH_END,
+    BATCH_MARK,
     CANCEL_BY_AIRFLOW,
     CANCEL_STATE,
     CANCEL_USER,
@@ -205,6 +207,26 @@ def build_tail_logs(requests: Sequence[tuple[str, int]], max_bytes: int) -> str:
 
 # ---------------------------------------------------------------------------------------------------------
 # scontrol: nodes and partitions
+
+
+def build_batch(commands: Sequence[Sequence[str] | str]) -> str:
+    """ONE remote command that runs read-only ``commands`` in turn (argv lists, or shell text) and prints, for
+    each, its exit status, stdout and stderr (base64 frames), then an end marker. Read by ``parse_batch``.
+
+    For reads a step needs together (the partitions and the nodes, both answers of a name lookup): one SSH
+    round trip instead of one per command.
+    """
+    if not commands:
+        raise NpaValidationError("commands is empty: give at least one command to run")
+    parts = ["d=$(mktemp -d) || exit 1", "trap 'rm -rf \"$d\"' EXIT"]
+    for index, command in enumerate(commands):
+        text = command if isinstance(command, str) else shlex.join(command)
+        parts.append(
+            f'(\n{text}\n) >"$d/o" 2>"$d/e" </dev/null; printf "{BATCH_MARK} {index} %s\\n" "$?"; '
+            'base64 -w0 "$d/o"; echo; base64 -w0 "$d/e"; echo'
+        )
+    parts.append(f"echo {BATCH_END}")
+    return "; ".join(parts)
 
 
 def build_scontrol_nodes(cluster: str | None = None) -> list[str]:

@@ -268,6 +268,37 @@ def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[
     return chunks
 
 
+def parse_batch(stdout: bytes, count: int) -> list[tuple[int, bytes, bytes]]:
+    """(exit status, stdout, stderr) of each of the ``count`` commands of :func:`builders.build_batch`."""
+    lines = stdout.split(b"\n")
+    mark = records.BATCH_MARK.encode() + b" "
+    try:
+        pos = next(i for i, line in enumerate(lines) if line.startswith(mark))
+    except StopIteration:
+        raise NpaParseError(f"batched command output has no frames: {_quote_output(stdout)}") from None
+    results: list[tuple[int, bytes, bytes]] = []
+    for index in range(count):
+        header = lines[pos].decode("ascii", "replace").split() if pos < len(lines) else []
+        if len(header) != 3 or header[0] != records.BATCH_MARK or header[1] != str(index) or pos + 2 >= len(lines):
+            raise NpaParseError(
+                f"batched command output ended or broke at command #{index} of {count}: {_quote_output(stdout)}"
+            )
+        try:
+            results.append(
+                (
+                    int(header[2]),
+                    base64.b64decode(lines[pos + 1], validate=True),
+                    base64.b64decode(lines[pos + 2], validate=True),
+                )
+            )
+        except (ValueError, binascii.Error) as exc:
+            raise NpaParseError(f"bad frame for batched command #{index}: {_quote_output(lines[pos])}") from exc
+        pos += 3
+    if pos >= len(lines) or lines[pos].strip() != records.BATCH_END.encode():
+        raise NpaParseError(f"batched command output is missing its end marker: {_quote_output(stdout)}")
+    return results
+
+
 def _field(line: str, key: str) -> str | None:
     m = re.search(rf"(?:^|\s){key}=(\S*)", line)
     return m.group(1) if m else None

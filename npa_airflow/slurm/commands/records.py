@@ -19,6 +19,8 @@ SQUEUE_FORMAT = "|".join(SQUEUE_FIELDS)
 # Log tail frames: per request a header "NPA-TAIL <index> <size>" then one line of base64, then an end line.
 TAIL_MARK = "NPA-TAIL"
 TAIL_END = "NPA-TAIL-END"
+BATCH_MARK = "NPA-BATCH"  # frames one command of build_batch: "NPA-BATCH <index> <exit status>"
+BATCH_END = "NPA-BATCH-END"
 
 # Lines of the cancel-origin command (builders.build_cancel_origin).
 CANCEL_BY_AIRFLOW = "NPA_CANCEL_BY_AIRFLOW"

@@ -142,7 +142,11 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
         self._check_inputs(hook, job)
         if job.partition is None and job.time_minutes is None and job.nodes is None:
             return
-        partitions = self.cluster_read("reading partitions", hook.partitions)
+        nodes: dict[str, Any] | None = None
+        if job.nodes is None:
+            partitions = self.cluster_read("reading partitions", hook.partitions)
+        else:  # the fit check needs the nodes too: both in one round trip
+            partitions, nodes = self.cluster_read("reading partitions and nodes", hook.cluster_layout)
         name = job.partition or next((p.name for p in partitions.values() if p.default), None)
         if name is None:
             return
@@ -159,8 +163,8 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
                     f"time_hours asks for {job.time_minutes} min but partition {part!r} allows at most {limit} min "
                     "(MaxTime); lower time_hours or choose a partition whose MaxTime allows it"
                 )
-        if job.nodes is not None:
-            self._check_fit(hook, job, [partitions[p] for p in name.split(",")])
+        if nodes is not None:
+            self._check_fit(job, [partitions[p] for p in name.split(",")], nodes)
 
     def _check_inputs(self, hook: SlurmHook, job: PreparedJob) -> None:
         if not job.required_paths:
@@ -174,11 +178,10 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
                 "submitted."
             )
 
-    def _check_fit(self, hook: SlurmHook, job: PreparedJob, partitions: Sequence[Any]) -> None:
+    def _check_fit(self, job: PreparedJob, partitions: Sequence[Any], nodes: dict[str, Any]) -> None:
         """Refuse a request no partition of the job can ever run (it would pend until its deadline)."""
         from npa_airflow.slurm.fit import Request, misfit
 
-        nodes = self.cluster_read("reading nodes", hook.nodes)
         request = Request(nodes=job.nodes or 1, gpus_per_node=job.gpus_per_node, mem_mb=job.mem_mb)
         reasons = [misfit(request, part, nodes) for part in partitions]
         if all(reasons):

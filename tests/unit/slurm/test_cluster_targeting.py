@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaCancelFailed, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm import poller as poller_mod
+from npa_airflow.slurm.commands.records import BATCH_END, BATCH_MARK
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.hook import CommandResult, SlurmHook
@@ -71,8 +73,12 @@ def recording_hook(cluster_name: str | None, handle_cluster: str | None = None) 
     sent: list[str] = []
 
     async def arun(argv, **kwargs):
-        sent.append(argv if isinstance(argv, str) else " ".join(argv))
-        return CommandResult(stdout=b"", stderr=b"", returncode=0, host="login1:22")
+        text = argv if isinstance(argv, str) else " ".join(argv)
+        batched = re.findall(r"\(\n(.*?)\n\) >", text, re.S)  # commands.build_batch: record each command
+        sent.extend(batched or [text])
+        frames = "".join(f"{BATCH_MARK} {i} 0\n\n\n" for i in range(len(batched)))
+        stdout = f"{frames}{BATCH_END}\n".encode() if batched else b""
+        return CommandResult(stdout=stdout, stderr=b"", returncode=0, host="login1:22")
 
     hook.arun = arun  # type: ignore[method-assign]
     return hook, sent

@@ -110,3 +110,39 @@ def test_parse_tail_logs_detects_cut_output(tmp_path):
     for cut in (full[: full.index(b"NPA-TAIL 1")], full[: -len(b"NPA-TAIL-END\n")], b""):
         with pytest.raises(NpaParseError):
             c.parse_tail_logs(cut, requests)
+
+
+# --------------------------------------------------------------------------------------------- batch
+
+
+def test_a_batch_gives_each_command_its_own_status_and_output(tmp_path):
+    marker = tmp_path / "touched"
+    argvs = [
+        ["printf", "%s\\n", "a b", f"$(touch {marker})"],  # argv: quoted, never run as shell
+        "echo out; echo err >&2; exit 3",  # shell text: its exit ends only its own subshell
+        ["sh", "-c", "printf '\\000\\377'"],  # binary-safe
+        "true # a trailing comment does not swallow the frame",
+        "cat",  # stdin is empty, not the batch's own
+    ]
+    result = run(c.build_batch(argvs), stdin=b"must not be read")
+    assert result.returncode == 0, result.stderr
+    assert c.parse_batch(result.stdout, len(argvs)) == [
+        (0, f"a b\n$(touch {marker})\n".encode(), b""),
+        (3, b"out\n", b"err\n"),
+        (0, b"\x00\xff", b""),
+        (0, b"", b""),
+        (0, b"", b""),
+    ]
+    assert not marker.exists()
+
+
+def test_a_cut_batch_is_a_parse_error_not_a_short_answer():
+    result = run(c.build_batch([["echo", "1"], ["echo", "2"]]))
+    whole = result.stdout
+    cut = whole[: whole.index(b"NPA-BATCH 1 ")]
+    with pytest.raises(NpaParseError, match="#1 of 2"):
+        c.parse_batch(cut, 2)
+    with pytest.raises(NpaParseError, match="end marker"):
+        c.parse_batch(whole.replace(b"NPA-BATCH-END", b""), 2)
+    with pytest.raises(NpaValidationError):
+        c.build_batch([])
