@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.task import dag_yaml
-from tests.skypilot.conftest import run_dag_test
+from tests.skypilot.conftest import SKY_SCRIPT, _sky_env, run_dag_test
 
 DAGS = Path(__file__).resolve().parent / "dags"
 
@@ -101,3 +102,27 @@ def test_sensor_reads_a_handle_produced_elsewhere_and_reports_the_launch_failure
     sensor = BurstJobSensor(task_id="watch", handle=handle.to_json(), deferrable=False)
     with pytest.raises(sky.SkyPilotApiError, match=r"\(sky.launch\) failed: \w+"):
         sensor.poke(context={})
+
+
+def server_processes(home: str) -> dict[int, str]:
+    """{pid: command line} of the processes running with HOME=``home``: all that dev/skypilot's server started."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"HOME={home}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def test_down_stops_every_process_up_started(skypilot_server):
+    """multiprocessing's resource_tracker (which ignores SIGTERM) and ssh ControlMaster muxes outlive the server's
+    process group; `down` must stop them too, or they pile up over a day of up/down cycles."""
+    home = f"{_sky_env()['NPA_SKY_DIR']}/home"
+    assert server_processes(home), "the running server has no processes with its HOME: the check sees nothing"
+    subprocess.run([str(SKY_SCRIPT), "down"], check=True, timeout=120)
+    try:
+        assert server_processes(home) == {}
+    finally:
+        subprocess.run([str(SKY_SCRIPT), "up"], check=True, timeout=300)
