@@ -50,6 +50,8 @@ def render(dag_id: str, run_id: str, run_state: str, rows: list[TaskRow]) -> str
         lines += [f"  {'':<{width}}    {line}" for line in describe_job(row)]
         if row.log_file:
             lines.append(f"  {'':<{width}}    task log {row.log_file}")
+    if any(row.slurm for row in rows):
+        lines.append('  (Slurm commands on the local cluster: eval "$(dev/cluster env)" first)')
     return "\n".join(lines)
 
 
@@ -85,9 +87,7 @@ def main(dag_id: str) -> int:
 
     home = Path(os.environ["AIRFLOW_HOME"])
     with create_session() as session:
-        run = session.scalar(
-            select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).limit(1)
-        )
+        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).limit(1))
         if run is None:
             print(f"no run of {dag_id} in {home}", file=sys.stderr)
             return 1
