@@ -235,13 +235,14 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         required_paths: Sequence[str] = (),
         mkdirs: Sequence[str] = (),
         job_name: str | None = None,
+        secret_files: Sequence[str] = (),
     ) -> commands.SubmitResult:
         """Check inputs, stage files and submit, all in ONE round trip.
 
         Raises ``NpaValidationError`` (nothing written) when a required input is missing, ``NpaRemoteError`` when
         sbatch clearly refused the job, and ``NpaAmbiguousSubmission`` when the job may or may not exist. With
         ``job_name`` (the script's job name), a cancel by Airflow that comes while sbatch runs is honoured on the
-        login host (see :func:`npa_airflow.slurm.staging.build_stage_and_submit`).
+        login host (see :func:`npa_airflow.slurm.staging.build_stage_and_submit`), shredding ``secret_files``.
         """
         cluster = await self.atarget_cluster()
         cancel = commands.build_cancel_by_name(job_name, (await self.aconfig()).user, cluster) if job_name else None
@@ -253,6 +254,7 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
             mkdirs=mkdirs,
             cluster=cluster,
             cancel_by_name=cancel,
+            secret_files=secret_files,
         )
         try:
             result = await self.arun(command, stdin=stdin, check=False, idempotent=False, timeout=180)

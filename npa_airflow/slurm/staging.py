@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from npa_airflow.exceptions import NpaParseError
-from npa_airflow.slurm.commands.builders import build_sbatch_submit, cancel_marker_for
+from npa_airflow.slurm.commands.builders import build_sbatch_submit, build_shred_files, cancel_marker_for
 from npa_airflow.slurm.commands.validation import validate_remote_path
 
 EXIT_MISSING_INPUTS = 3
@@ -93,6 +93,7 @@ def build_stage_and_submit(
     mkdirs: Sequence[str] = (),
     cluster: str | None = None,
     cancel_by_name: Sequence[str] | None = None,
+    secret_files: Sequence[str] = (),
 ) -> tuple[str, bytes]:
     """Like :func:`build_stage`, then ``sbatch --parsable`` the script; sbatch's rc is reported on stdout.
 
@@ -102,14 +103,16 @@ def build_stage_and_submit(
     the marker appears, one of the two sees it or the kill's own scancel finds the job, so a task killed while
     sbatch runs never leaves its job behind, even when the worker dies before sbatch answers. sbatch's output is
     captured so that the check after it runs before anything is written to a session that may be gone.
+    A job cancelled that way never runs: its ``secret_files`` (the sidecar just staged) are shredded too.
     """
     command, stdin = build_stage(files, required_paths=required_paths, mkdirs=mkdirs)
     argv = build_sbatch_submit(script_path, sbatch_args, cluster)
     submit = [f"printf '{SBATCH_BEGIN}\\n'", f"out=$({shlex.join(argv)}); rc=$?"]
     if cancel_by_name is not None:
         marker = shlex.quote(cancel_marker_for(script_path))
-        submit.insert(0, f"[ ! -e {marker} ] || exit {EXIT_CANCELLED_BEFORE_SBATCH}")
-        submit.append(f"[ ! -e {marker} ] || {shlex.join(cancel_by_name)} >/dev/null 2>&1")
+        shred = f"{build_shred_files(secret_files)}; " if secret_files else ""
+        submit.insert(0, f"[ ! -e {marker} ] || {{ {shred}exit {EXIT_CANCELLED_BEFORE_SBATCH}; }}")
+        submit.append(f"[ ! -e {marker} ] || {{ {shlex.join(cancel_by_name)} >/dev/null 2>&1; {shred}}}")
     submit += ['printf %s "$out"', f"printf '\\n{SBATCH_RC_PREFIX}%s\\n' \"$rc\""]
     return command + "\n" + "\n".join(submit), stdin
 

@@ -149,7 +149,7 @@ def airflow_env(tmp_path_factory, slurm_cluster) -> dict[str, str]:
 class KilledWorker:
     """`dag.test()` of a one-task DAG in its own process group: the task runs under Airflow's task runner."""
 
-    def __init__(self, env: dict[str, str], dag_id: str, command: str) -> None:
+    def __init__(self, env: dict[str, str], dag_id: str, command: str, extra: str = "") -> None:
         home = Path(env["AIRFLOW_HOME"])
         (home / "dags").mkdir(exist_ok=True)
         dag_file = home / "dags" / f"{dag_id}.py"
@@ -163,7 +163,7 @@ class KilledWorker:
                 with DAG(dag_id={dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
                     SlurmSubmitOperator(
                         task_id="train", command={command!r}, partition="cpu", gpus_per_node=0, cpus_per_task=1,
-                        time_hours=0.1, poll_interval=2,
+                        time_hours=0.1, poll_interval=2, {extra}
                     )
                 """
             )
@@ -209,12 +209,16 @@ class KilledWorker:
 
 
 @pytest.mark.parametrize("sbatch_seconds", [3, 9], ids=["sbatch-answers-before-sigkill", "sbatch-outlives-worker"])
-def test_worker_killed_while_sbatch_runs_leaves_no_job_running(sbatch_seconds, airflow_env, sbatch_slow, cluster_ssh):
+def test_worker_killed_while_sbatch_runs_leaves_no_job_running(
+    sbatch_seconds, airflow_env, sbatch_slow, cluster_ssh, slurm_cluster
+):
+    """...and no secrets sidecar: the job never runs, so the one staged for it is shredded."""
     arm, fired = sbatch_slow
     dag_id = unique_dag("killsb")
     prefix = job_prefix(dag_id)
     arm(prefix, sbatch_seconds)
-    worker = KilledWorker(airflow_env, dag_id, "sleep 120")
+    env = {**airflow_env, "AIRFLOW_VAR_NPA_KILL_TOKEN": f"kill-{uuid.uuid4().hex}"}
+    worker = KilledWorker(env, dag_id, "sleep 120", extra='secret_env={"NPA_TOKEN": "var:npa_kill_token"},')
     try:
         worker.wait_until(lambda: fired(prefix), "sbatch in flight")
         sigkilled = worker.kill_as_airflow_does()
@@ -223,6 +227,8 @@ def test_worker_killed_while_sbatch_runs_leaves_no_job_running(sbatch_seconds, a
         scancel_all(cluster_ssh, prefix)
     assert [j["state"] for j in jobs] == ["CANCELLED"], (jobs, worker.output[-4000:])
     assert "was being submitted" in worker.output, worker.output[-4000:]
+    sidecars = cluster_ssh(f"ls {slurm_cluster.results_root}/sidecars", check=True).stdout.split()  # staged there
+    assert not [name for name in sidecars if name.startswith(prefix)], sidecars
     record_figures(
         f"kill_during_sbatch_{sbatch_seconds}s",
         injections=1, sigkilled=sigkilled, jobs_created=len(jobs), left_running=0, lost=0,

@@ -138,6 +138,7 @@ class AdoptOrSubmitMixin:
                     required_paths=list(job.required_paths),
                     mkdirs=list(job.mkdirs),
                     job_name=job.job_name,  # a kill while sbatch runs is honoured on the login host
+                    secret_files=job.secret_files,
                 )
             except NpaAmbiguousSubmission as exc:
                 self.log.warning("Submission of %s is ambiguous (%s); reconciling by job name", job.job_name, exc)

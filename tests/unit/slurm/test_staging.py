@@ -131,3 +131,30 @@ def test_failed_write_exit_reads_all_stdin_first(tmp_path):
 def test_path_check_without_files_reads_no_stdin(tmp_path):
     command, stdin = build_stage([], required_paths=[str(tmp_path / "nope")])
     assert stdin == b"" and "cat" not in command
+
+
+@pytest.mark.parametrize("marker_appears", ["before sbatch", "while sbatch runs"])
+def test_a_cancel_marker_shreds_the_staged_sidecar_of_the_job_that_never_runs(tmp_path, marker_appears):
+    """A task killed while its submission is in flight: the job is never submitted (or cancelled at once), so
+    the secrets sidecar just staged must not stay behind."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    script, sidecar, calls = tmp_path / "job.sbatch", tmp_path / "job.env", tmp_path / "calls"
+    marker = f"{script}.npa-cancelled"
+    touch = f"touch {marker}; " if marker_appears == "while sbatch runs" else ""
+    (fake_bin / "sbatch").write_text(f'#!/bin/bash\n{touch}echo "4242"\n')
+    (fake_bin / "scancel").write_text(f'#!/bin/bash\necho "scancel $*" >> {calls}\n')
+    for tool in ("sbatch", "scancel"):
+        (fake_bin / tool).chmod(0o755)
+    if marker_appears == "before sbatch":
+        open(marker, "w").close()
+    files = [StagedFile(str(script), b"#!/bin/bash\n"), StagedFile(str(sidecar), b"HF_TOKEN=secret\n")]
+    command, stdin = build_stage_and_submit(
+        files, str(script), cancel_by_name=["scancel", "--name=job"], secret_files=[str(sidecar)]
+    )
+    done = _bash(command, stdin, env={**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"})
+    assert not sidecar.exists() and script.exists()
+    if marker_appears == "before sbatch":
+        assert done.returncode == 5 and not calls.exists()
+    else:
+        assert done.returncode == 0 and calls.read_text() == "scancel --name=job\n"
