@@ -137,7 +137,10 @@ def test_a_requeued_job_gets_its_secret_again_and_the_sidecar_goes_with_its_end(
 
     payload, gone_at_event = asyncio.run(scenario())
     evidence = cluster_ssh(f"cat {runs}", check=True).stdout.splitlines()
-    assert evidence == [f"run 0 digest {digest}", f"run 1 digest {digest}"], evidence  # run 1 had the secret
+    stderr = cluster_ssh(f"cat {handle['stderr_path']}").stdout
+    assert evidence == [f"run 0 digest {digest}", f"run 1 digest {digest}"], (evidence, stderr)  # run 1 had it
+    # run 0 ended under srun: srun may return 0 then (a node failure), and that run is not a success
+    assert cluster_ssh(f"test -e {handle['results_dir']}/status.json").returncode == 1, "run 0 wrote status.json"
     assert payload["status"] == "failed" and payload["exit_code"] == 3, payload  # the requeue was not an end
     assert gone_at_event, "the sidecar was still there when the job's end was reported"
     assert cycles["shredded"] == cycles["ended"], cycles  # in the command of the cycle that saw the end

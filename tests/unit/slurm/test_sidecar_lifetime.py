@@ -53,6 +53,47 @@ def test_a_failed_run_of_a_requeueable_job_keeps_the_sidecar_for_the_next_run(tm
     assert not sidecar.exists()
 
 
+def controller_says(tmp_path: Path, line: str) -> None:
+    """What the scontrol stand-in answers to `scontrol show job -o <id>` (run_script's job id is 4242)."""
+    (tmp_path / "scontrol-job").write_text(line + "\n")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "JobId=4242 JobName=npa-t-0123456789-t1 UserId=npa(1001) JobState=PENDING Reason=BeginTime Restarts=1",
+        "JobId=4242 JobName=npa-t-0123456789-t1 UserId=npa(1001) JobState=CANCELLED Reason=None Restarts=0",
+    ],
+    ids=["requeued", "cancelled"],
+)
+def test_srun_returning_0_for_a_run_slurm_ended_is_not_a_success(tmp_path, answer):
+    """Seen on the real cluster: a node failure that requeues the job ends srun with 0 before the batch script is
+    signalled; that run wrote status.json and shredded the sidecar under the next run."""
+    sidecar = sidecar_in(tmp_path)
+    controller_says(tmp_path, answer)
+    proc, results = run_script(tmp_path, make(tmp_path, "true", env_file=str(sidecar)))
+    assert proc.returncode == 143 and "no longer runs this run" in proc.stderr, proc.stderr
+    assert not (results / "status.json").exists() and sidecar.exists()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "JobId=4242 JobName=npa-t-0123456789-t1 UserId=npa(1001) JobState=RUNNING Reason=None Restarts=0",
+        # the same id on another cluster (a wrong SLURM_CONF): not an answer about this job
+        "JobId=4242 JobName=someone-elses UserId=ann(1002) JobState=COMPLETED Reason=None Restarts=0",
+        "",  # no answer: the controller did not reply
+    ],
+    ids=["running", "another-job", "no-answer"],
+)
+def test_srun_returning_0_is_a_success_while_slurm_runs_this_run(tmp_path, answer):
+    sidecar = sidecar_in(tmp_path)
+    controller_says(tmp_path, answer)
+    proc, results = run_script(tmp_path, make(tmp_path, "true", env_file=str(sidecar)))
+    assert proc.returncode == 0, proc.stderr
+    assert (results / "status.json").exists() and not sidecar.exists()
+
+
 def test_a_run_killed_by_a_signal_keeps_the_sidecar(tmp_path):
     """slurmd ends a requeued or preempted run with SIGTERM to every process of the job."""
     sidecar = sidecar_in(tmp_path)

@@ -221,8 +221,11 @@ done
 exit $rc
 """
 SCONTROL_STANDIN = """#!/bin/bash
-# Test double for scontrol: only 'show hostnames'.
-[ "$1 $2" = "show hostnames" ] && printf 'c1\\nc2\\n'
+# Test double for scontrol: 'show hostnames', and 'show job' answered from $NPA_TEST_DIR/scontrol-job if present.
+case "$1 $2" in
+  "show hostnames") printf 'c1\\nc2\\n' ;;
+  "show job") if [ -f "$NPA_TEST_DIR/scontrol-job" ]; then cat "$NPA_TEST_DIR/scontrol-job"; else exit 1; fi ;;
+esac
 """
 
 
