@@ -22,8 +22,8 @@ from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
 from npa_airflow.common.links import BURST_XCOM_KEY, SLURM_XCOM_KEY
-from npa_airflow.compute.app import URL_PREFIX as COMPUTE_URL_PREFIX
-from npa_airflow.compute.app import LazyApp
+from npa_airflow.compute.mount import URL_PREFIX as COMPUTE_URL_PREFIX
+from npa_airflow.compute.mount import LazyApp
 
 log = logging.getLogger(__name__)
 

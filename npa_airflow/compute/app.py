@@ -11,26 +11,22 @@ the permission and the job ends as when the task is marked failed anywhere else 
 
 from __future__ import annotations
 
-import logging
+import json
 from importlib.resources import files
-from typing import Any
+from typing import Annotated, Any
 
-log = logging.getLogger(__name__)
+from airflow.api_fastapi.core_api.security import get_user
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse
 
-URL_PREFIX = "/npa-compute"
+from npa_airflow.compute import rows as r
+from npa_airflow.compute import sources
+from npa_airflow.compute.mount import URL_PREFIX
+
 PAGE = files("npa_airflow.compute").joinpath("page.html")
 
 
-def create_app() -> Any:
-    from typing import Annotated
-
-    from airflow.api_fastapi.core_api.security import get_user
-    from fastapi import Depends, FastAPI, Query, Request
-    from fastapi.responses import HTMLResponse
-
-    from npa_airflow.compute import rows as r
-    from npa_airflow.compute import sources
-
+def create_app() -> FastAPI:
     app = FastAPI(title="npa_airflow compute view", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/", response_class=HTMLResponse)
@@ -77,19 +73,4 @@ def _dag_permissions(user: Any) -> tuple[set[str], set[str]]:
 
 
 def _js_string(value: str) -> str:
-    import json
-
     return json.dumps(value).replace("<", "\\u003c")
-
-
-class LazyApp:
-    """An ASGI app that builds the FastAPI app on its first request: importing the plugin stays cheap for the
-    scheduler, workers and triggerers, which load plugins too but never serve the page."""
-
-    def __init__(self) -> None:
-        self._app: Any = None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self._app is None:
-            self._app = create_app()
-        await self._app(scope, receive, send)
