@@ -209,12 +209,21 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
 
 
+# The seed's words for a Burst job that waits: it has not claimed capacity yet, only the intent to.
+BURST_WAITING = "a pending burst job is still holding your intent, not your capacity"
+
+
+def burst_status(native: str | None, state: str) -> JobStatus:
+    """SkyPilot's native job state as a status; a waiting one carries the seed's reason."""
+    return JobStatus(state, native, BURST_WAITING if state == "PENDING" else None)
+
+
 def burst_row(task: LiveTask, status: JobStatus | None, now: float, job_url: str | None = None) -> ComputeRow:
     """The row of a task's Burst job: SkyPilot cluster / job id; a launch without a job id yet is PENDING."""
     handle = task.handles[xcom_keys.BURST_JOB]
     job_id = handle.get("job_id")
     if job_id is None and status is None:
-        status = JobStatus(state="PENDING", native_state="LAUNCHING", reason="launch request in progress")
+        status = JobStatus("PENDING", "LAUNCHING", f"launching: {BURST_WAITING}")
     return ComputeRow(
         kind=BURST,
         cluster=str(handle.get("cluster")),

@@ -99,26 +99,17 @@ def _burst_fetch(conn_id: str, cluster: str):
         from npa_airflow.burst import client as sky
         from npa_airflow.burst.hook import SkyPilotHook
 
-        async def ask() -> Any:
-            client = await hook.aclient()
-            return await client.call(sky.build_job_status(client.identity, cluster, [int(i) for i in job_ids]))
-
-        hook = SkyPilotHook(conn_id)
-        answer = hook._sync(ask())  # one /job_status call for every job of this SkyPilot cluster
+        ids = [int(i) for i in job_ids]
+        with SkyPilotHook(conn_id).get_client() as client:  # one /job_status call for every job of the cluster
+            answer = client.call(sky.build_job_status(client.identity, cluster, ids), timeout=60)
         out = {}
         for job_id in job_ids:
             native = sky.parse_job_status(answer, int(job_id))
             state = sky.interpret_job_state(native).value
-            out[job_id] = asdict(r.JobStatus(state, native, _burst_reason(native)))
+            out[job_id] = asdict(r.burst_status(native, state))
         return out
 
     return fetch
-
-
-def _burst_reason(native: str | None) -> str | None:
-    if native in ("PENDING", "SETTING_UP", "INIT"):
-        return "a pending burst job is still holding your intent"
-    return None
 
 
 @dataclass(frozen=True)

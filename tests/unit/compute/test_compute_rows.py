@@ -105,6 +105,9 @@ def test_a_burst_launch_without_a_job_id_is_pending_on_its_launch():
         "PENDING",
         "LAUNCHING",
     )
+    assert row.reason == f"launching: {r.BURST_WAITING}"
+    assert r.burst_status("INIT", "PENDING").reason == r.BURST_WAITING
+    assert r.burst_status("RUNNING", "RUNNING").reason is None
     running = r.burst_row(burst_task(3), r.JobStatus("RUNNING", "RUNNING"), now=0.0)
     assert (running.job, running.state) == ("sky-a/3", "RUNNING")
 
