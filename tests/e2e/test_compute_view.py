@@ -66,14 +66,24 @@ def two_jobs(api, wait_sacct):
             wait_sacct(job_id, ("CANCELLED", "COMPLETED", "FAILED"), timeout=60)
 
 
-def test_the_page_shows_running_and_pending_jobs_and_cancels_one(api, airflow, page, two_jobs, wait_sacct, tmp_path):  # noqa: F811
+def test_the_page_shows_running_and_pending_jobs_and_cancels_one(
+    api,
+    airflow,
+    page,  # noqa: F811 (the fixture imported above)
+    two_jobs,
+    wait_sacct,
+    cluster_ssh,
+    tmp_path,
+):
     (_, run_a, job_a), (_, run_b, job_b) = two_jobs
+    reason = cluster_ssh(f"squeue -h -o %r -j {int(job_b)}", check=True).stdout.strip()  # Slurm's own reason
+    assert reason in ("Resources", "Priority"), f"job {job_b} pends for {reason!r}, not for the GPUs job {job_a} holds"
 
     # The JSON the page reads: both jobs with Slurm's states and reason, and the GPUs per cluster.
     data = jobs_showing(api, job_a, job_b)
     by_job = {r["job"]: r for r in data["rows"]}
     assert (by_job[job_a]["state"], by_job[job_a]["nodes"], by_job[job_a]["gpus"]) == ("RUNNING", 1, 8)
-    assert (by_job[job_b]["state"], by_job[job_b]["reason"], by_job[job_b]["gpus"]) == ("PENDING", "Resources", 16)
+    assert (by_job[job_b]["state"], by_job[job_b]["reason"], by_job[job_b]["gpus"]) == ("PENDING", reason, 16)
     assert by_job[job_a]["partition"] == "gpu" and by_job[job_a]["can_cancel"] is True
     (totals,) = [t for t in data["totals"] if t["cluster"] == by_job[job_a]["cluster"]]
     assert totals["gpus_held"] >= 8 and totals["gpus_pending"] >= 16
@@ -87,7 +97,7 @@ def test_the_page_shows_running_and_pending_jobs_and_cancels_one(api, airflow, p
     row_b = frame.locator(f"tr.job[data-job='{job_b}']")
     row_a.locator("td.state").get_by_text("RUNNING").wait_for()
     row_b.locator("td.state").get_by_text("PENDING").wait_for()
-    row_b.get_by_text("Resources", exact=True).wait_for()
+    row_b.get_by_text(reason, exact=True).wait_for()
     row_a.get_by_role("link", name="log").wait_for()
     shot = tmp_path / "compute-view.png"
     page.screenshot(path=str(shot))
