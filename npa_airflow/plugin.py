@@ -146,6 +146,6 @@ class NpaAirflowPlugin(AirflowPlugin):
             "href": f"{COMPUTE_URL_PREFIX}/",
             "url_route": "compute",
             "destination": "nav",
-            "category": "browse",
+            "nav_top_level": True,
         }
     ]
