@@ -34,6 +34,11 @@ def dev_airflow(*args: str) -> None:
     subprocess.run([str(REPO / "dev" / "airflow"), *args], check=True, capture_output=True, timeout=120)
 
 
+def triggerers(home: str) -> list[str]:
+    with open(os.path.join(home, "shape")) as fh:
+        return ["triggerer"] if fh.read().strip() == "quick" else ["triggerer-1", "triggerer-2"]
+
+
 def api_server_ssh_ports(home: str, ssh_port: int) -> set[int]:
     """Local ports of the API server's (and its workers') SSH connections to the cluster."""
     with open(os.path.join(home, "api-server.pid")) as fh:
@@ -94,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         runs.append((dag_id, api.trigger(dag_id)))
         api.wait_for_state(dag_id, runs[-1][1], TASK_ID, {"deferred"}, timeout=120)
     poll(lambda: len(api.get("/npa-compute/jobs")["rows"]) >= 2, 60, "both jobs on the page")
-    dev_airflow("pause", "triggerer")
+    for name in triggerers(home):
+        dev_airflow("pause", name)
     results = []
     try:
         for viewers in (int(v) for v in args.viewers.split(",")):
@@ -102,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(args.ttl + 1)  # the cached answer is stale: this round pays for a new one
                 results.append((viewers, one_round(api, viewers, env, home)))
     finally:
-        dev_airflow("resume", "triggerer")
+        for name in triggerers(home):
+            dev_airflow("resume", name)
         for dag_id, run_id in runs:
             api.set_state(dag_id, run_id, TASK_ID, "failed")
     rows = [
@@ -111,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     headers = ("open pages", "answered 200", "SSH connections opened", "SSH command sessions (API server)",
                "slurmctld RPCs", "slurmdbd job queries", "other clients' sessions")  # fmt: skip
-    print(table("Compute page: cluster cost of one refresh (2 live jobs, one cluster)", headers, rows))
+    workers = os.environ.get("AIRFLOW__API__WORKERS", "1")
+    title = f"Compute page: cluster cost of one refresh (2 live jobs, one cluster, {workers} API worker(s))"
+    print(table(title, headers, rows))
     return 0
 
 
