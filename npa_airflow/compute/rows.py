@@ -80,7 +80,7 @@ class ComputeRow:
         return asdict(self)
 
 
-_DIRECTIVE = re.compile(r"^#SBATCH\s+(--?[A-Za-z-]+)(?:[=\s]+(\S+))?", re.MULTILINE)
+_DIRECTIVE = re.compile(r"^#SBATCH[ \t]+(--?[A-Za-z-]+)(?:[= \t]+(\S+))?", re.MULTILINE)
 
 
 def parse_sbatch_resources(script: str | None) -> Resources:

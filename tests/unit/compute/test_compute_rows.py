@@ -11,6 +11,7 @@ SCRIPT = """#!/bin/bash
 #SBATCH --partition=gpu
 #SBATCH --nodes=2
 #SBATCH --ntasks=2
+#SBATCH --exclusive
 #SBATCH --gres=gpu:8
 #SBATCH --time=15
 set -euo pipefail
