@@ -37,14 +37,18 @@ def jobs(api: AirflowApi, **filters: str) -> dict:
     return api.get("/npa-compute/jobs", params=filters)
 
 
-def jobs_showing(api: AirflowApi, *job_ids: str) -> dict:
-    """The page's data once it lists every one of `job_ids`."""
+def jobs_showing(api: AirflowApi, *job_ids: str, reason: tuple[str, str] | None = None) -> dict:
+    """The page's data once it lists every one of `job_ids` (and the job `reason[0]` waits for `reason[1]`:
+    the page's answer may be up to one cache lifetime older than Slurm's)."""
 
     def probe() -> dict | None:
         data = jobs(api)
-        return data if set(job_ids) <= {row["job"] for row in data["rows"]} else None
+        rows = {row["job"]: row for row in data["rows"]}
+        if not set(job_ids) <= set(rows) or (reason and rows[reason[0]]["reason"] != reason[1]):
+            return None
+        return data
 
-    return poll(probe, 60, f"jobs {job_ids} on the Compute page")
+    return poll(probe, 60, f"jobs {job_ids} on the Compute page (pending reason {reason})")
 
 
 @pytest.fixture
@@ -80,7 +84,7 @@ def test_the_page_shows_running_and_pending_jobs_and_cancels_one(
     assert reason in ("Resources", "Priority"), f"job {job_b} pends for {reason!r}, not for the GPUs job {job_a} holds"
 
     # The JSON the page reads: both jobs with Slurm's states and reason, and the GPUs per cluster.
-    data = jobs_showing(api, job_a, job_b)
+    data = jobs_showing(api, job_a, job_b, reason=(job_b, reason))
     by_job = {r["job"]: r for r in data["rows"]}
     assert (by_job[job_a]["state"], by_job[job_a]["nodes"], by_job[job_a]["gpus"]) == ("RUNNING", 1, 8)
     assert (by_job[job_b]["state"], by_job[job_b]["reason"], by_job[job_b]["gpus"]) == ("PENDING", reason, 16)
