@@ -41,7 +41,7 @@ def triggerers(home: str) -> list[str]:
 
 def api_server_ssh_ports(home: str, ssh_port: int) -> set[int]:
     """Local ports of the API server's (and its workers') SSH connections to the cluster."""
-    with open(os.path.join(home, "api-server.pid")) as fh:
+    with open(os.path.join(home, "run", "api-server.pid")) as fh:
         leader = psutil.Process(int(fh.read().strip()))
     pids = {leader.pid, *(p.pid for p in leader.children(recursive=True))}
     return {
