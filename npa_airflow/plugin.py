@@ -22,6 +22,8 @@ from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
 from npa_airflow.common.links import BURST_XCOM_KEY, SLURM_XCOM_KEY
+from npa_airflow.compute.mount import URL_PREFIX as COMPUTE_URL_PREFIX
+from npa_airflow.compute.mount import LazyApp
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +130,21 @@ def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
 
 
 class NpaAirflowPlugin(AirflowPlugin):
-    """Registers the listener above (entry point `airflow.plugins`)."""
+    """Registers the listener above and the Compute page (entry point `airflow.plugins`).
+
+    The page is a FastAPI app mounted in the API server at ``/npa-compute``; the external view puts it in the
+    UI's navigation (shown inside the UI at ``/plugin/compute``). See npa_airflow/compute/app.py.
+    """
 
     name = "npa_airflow"
     listeners = [sys.modules[__name__]]  # the two hooks above
+    fastapi_apps = [{"name": "npa_compute", "app": LazyApp(), "url_prefix": COMPUTE_URL_PREFIX}]
+    external_views = [
+        {
+            "name": "Compute",
+            "href": f"{COMPUTE_URL_PREFIX}/",
+            "url_route": "compute",
+            "destination": "nav",
+            "nav_top_level": True,
+        }
+    ]

@@ -23,6 +23,7 @@ def test_wheel_ships_templates_and_loads_them_from_a_fresh_venv(tmp_path):
     (wheel,) = dist.glob("npa_airflow-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "npa_airflow/templates/slurm/singlenode.sbatch.j2" in names
+    assert "npa_airflow/compute/page.html" in names  # the Compute page (plugin)
     assert not any(name.startswith("tests/") for name in names)
 
     env_dir = tmp_path / "venv"

@@ -1,0 +1,226 @@
+"""The Compute page's I/O: live task instances and their job handles from the metadata database, and one
+state query per Slurm cluster and per SkyPilot cluster, through the shared cache (:mod:`.cache`).
+
+Every viewer's refresh asks the cache for ALL live jobs of a cluster (not only the ones that viewer may see),
+so viewers share one answer; the app filters rows by the viewer's permissions afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from npa_airflow.common import xcom_keys
+from npa_airflow.compute import rows as r
+from npa_airflow.compute.cache import SharedCache
+
+log = logging.getLogger(__name__)
+
+CACHE_TTL_SECONDS = 10.0
+HANDLE_KEYS = (xcom_keys.SLURM_JOB, xcom_keys.BURST_JOB)
+
+
+def cache_dir() -> str:
+    """``[npa_airflow] compute_cache_dir``, else ``$AIRFLOW_HOME/npa-compute-cache`` (one per host)."""
+    from airflow.configuration import AIRFLOW_HOME, conf
+
+    return conf.get("npa_airflow", "compute_cache_dir", fallback="") or os.path.join(AIRFLOW_HOME, "npa-compute-cache")
+
+
+def default_cache() -> SharedCache:
+    from airflow.configuration import conf
+
+    ttl = conf.getfloat("npa_airflow", "compute_cache_seconds", fallback=CACHE_TTL_SECONDS)
+    return SharedCache(cache_dir(), ttl)
+
+
+def live_tasks() -> list[r.LiveTask]:
+    """Task instances in a live state whose XCom holds a Slurm or Burst job handle, with their rendered fields."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rtif
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import and_, select
+
+    same_ti = and_(
+        XComModel.dag_id == TI.dag_id,
+        XComModel.run_id == TI.run_id,
+        XComModel.task_id == TI.task_id,
+        XComModel.map_index == TI.map_index,
+    )
+    rtif_of_ti = and_(
+        Rtif.dag_id == TI.dag_id, Rtif.run_id == TI.run_id, Rtif.task_id == TI.task_id, Rtif.map_index == TI.map_index
+    )
+    columns = (TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.try_number, TI.state)
+    query = (
+        select(*columns, XComModel.key, XComModel.value, Rtif.rendered_fields)
+        .join(XComModel, same_ti)
+        .outerjoin(Rtif, rtif_of_ti)
+        .where(TI.state.in_(r.LIVE_TI_STATES), XComModel.key.in_(HANDLE_KEYS))
+    )
+    found: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+    with create_session() as session:
+        for row in session.execute(query):
+            entry = found.setdefault(
+                (row.dag_id, row.run_id, row.task_id, row.map_index),
+                {"try_number": row.try_number, "state": str(getattr(row.state, "value", row.state)),
+                 "handles": {}, "rendered": row.rendered_fields or {}},
+            )  # fmt: skip
+            value = XComModel.deserialize_value(row)
+            if isinstance(value, dict):
+                entry["handles"][row.key] = value
+    return [
+        r.LiveTask(dag, run, task, index, e["try_number"], e["state"], e["handles"], e["rendered"])
+        for (dag, run, task, index), e in found.items()
+        if e["handles"]
+    ]
+
+
+def _slurm_fetch(conn_id: str, cluster: str | None):
+    def fetch(job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        from npa_airflow.slurm.hook import SlurmHook
+
+        hook = SlurmHook(slurm_conn_id=conn_id).on_cluster(cluster)
+        states = hook.job_states(list(job_ids))  # one sacct, plus one squeue for jobs accounting lacks
+        states.update(_pending_reasons(hook, states))
+        return {
+            job_id: asdict(r.JobStatus(info.state.value, info.native_state, info.reason, info.node_list))
+            for job_id, info in states.items()
+        }
+
+    return fetch
+
+
+def _pending_reasons(hook: Any, states: dict[str, Any]) -> dict[str, Any]:
+    """squeue's answer for the jobs that accounting says are pending: sacct has no pending reason (it prints
+    "None"), slurmctld does. One squeue for all of them; none when nothing pends."""
+    from npa_airflow.common.states import JobState
+    from npa_airflow.slurm import commands
+
+    waiting = [i for i, info in states.items() if info.source == "sacct" and info.state is JobState.PENDING]
+    if not waiting:
+        return {}
+    target = hook.cluster or hook.config.cluster_name  # as AsyncSlurmHook.atarget_cluster
+    result = hook.run(commands.build_squeue_states(waiting, target), check=False)
+    if result.returncode != 0:
+        return {}  # the states stand without reasons
+    live = commands.parse_squeue(result.text)
+    return {i: live[i] for i in waiting if i in live}
+
+
+def _burst_fetch(conn_id: str, cluster: str):
+    def fetch(job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        from npa_airflow.burst import client as sky
+        from npa_airflow.burst.hook import SkyPilotHook
+
+        ids = [int(i) for i in job_ids]
+        with SkyPilotHook(conn_id).get_client() as client:  # one /job_status call for every job of the cluster
+            answer = client.call(sky.build_job_status(client.identity, cluster, ids), timeout=60)
+        out = {}
+        for job_id in job_ids:
+            native = sky.parse_job_status(answer, int(job_id))
+            state = sky.interpret_job_state(native).value
+            out[job_id] = asdict(r.burst_status(native, state))
+        return out
+
+    return fetch
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    rows: list[r.ComputeRow]
+    errors: dict[str, str]  # cluster label -> why its state is unknown
+    fetched_at: dict[str, float]  # cluster label -> when its state was read
+
+
+def _statuses(answer_value: Any) -> dict[str, r.JobStatus]:
+    return {k: r.JobStatus(**v) for k, v in (answer_value or {}).items()}
+
+
+def snapshot(cache: SharedCache | None = None, now: float | None = None) -> Snapshot:
+    """Every live job of this provider, its state as the clusters answered (cached), as rows."""
+    cache = cache or default_cache()
+    tasks = live_tasks()
+    configs = _slurm_configs({t.handles[xcom_keys.SLURM_JOB]["conn_id"] for t in tasks if _slurm(t)})
+    defaults = {conn_id: getattr(config, "cluster_name", None) for conn_id, config in configs.items()}
+    errors: dict[str, str] = {}
+    fetched: dict[str, float] = {}
+    slurm_states: dict[tuple[str, str | None], dict[str, r.JobStatus]] = {}
+    for (conn_id, cluster), ids in r.slurm_queries(tasks).items():
+        label = r.slurm_cluster_label({"conn_id": conn_id, "cluster": cluster}, defaults)
+        answer = cache.get(f"slurm|{conn_id}|{cluster or ''}", sorted(ids), _slurm_fetch(conn_id, cluster))
+        slurm_states[(conn_id, cluster)] = _statuses(answer.value)
+        fetched[label] = answer.fetched_at
+        if answer.error:
+            errors[label] = answer.error
+    burst_states: dict[tuple[str, str], dict[str, r.JobStatus]] = {}
+    for (conn_id, cluster), ids in r.burst_queries(tasks).items():
+        keys = sorted(str(i) for i in ids)
+        answer = cache.get(f"burst|{conn_id}|{cluster}", keys, _burst_fetch(conn_id, cluster))
+        burst_states[(conn_id, cluster)] = _statuses(answer.value)
+        fetched[cluster] = answer.fetched_at
+        if answer.error:
+            errors[cluster] = answer.error
+    now = time.time() if now is None else now
+    built: list[r.ComputeRow] = []
+    for task in tasks:
+        built.extend(_rows_of(task, slurm_states, burst_states, configs, now))
+    return Snapshot(r.sort_rows(built), errors, fetched)
+
+
+def _slurm(task: r.LiveTask) -> bool:
+    return xcom_keys.SLURM_JOB in task.handles
+
+
+def _rows_of(task, slurm_states, burst_states, configs, now) -> list[r.ComputeRow]:
+    out = []
+    defaults = {conn_id: getattr(config, "cluster_name", None) for conn_id, config in configs.items()}
+    slurm = task.handles.get(xcom_keys.SLURM_JOB)
+    if slurm:
+        status = slurm_states.get((slurm["conn_id"], slurm.get("cluster")), {}).get(str(slurm["job_id"]))
+        job_url = _slurm_job_url(slurm, configs.get(slurm["conn_id"]))
+        out.append(r.slurm_row(task, status, defaults, now, job_url=job_url))
+    burst = task.handles.get(xcom_keys.BURST_JOB)
+    if burst:
+        states = burst_states.get((burst["conn_id"], burst["cluster"]), {})
+        status = states.get(str(burst.get("job_id"))) if burst.get("job_id") is not None else None
+        out.append(r.burst_row(task, status, now, job_url=_burst_job_url(burst)))
+    return out
+
+
+def _slurm_configs(conn_ids: set[str]) -> dict[str, Any]:
+    """Each Slurm connection's config (None when it cannot be read: its rows still show, without site links)."""
+    from npa_airflow.slurm.hook import SlurmHook
+
+    configs: dict[str, Any] = {}
+    for conn_id in conn_ids:
+        try:
+            configs[conn_id] = SlurmHook(slurm_conn_id=conn_id).config
+        except Exception as exc:
+            log.warning("Compute view: cannot read Slurm connection %s: %s", conn_id, exc)
+            configs[conn_id] = None
+    return configs
+
+
+def _slurm_job_url(handle: dict[str, Any], config: Any) -> str | None:
+    from npa_airflow.common.links import format_job_url
+
+    template = getattr(config, "job_url_template", None)
+    try:
+        return format_job_url(template, handle) if template else None
+    except (KeyError, IndexError, ValueError):
+        return None
+
+
+def _burst_job_url(handle: dict[str, Any]) -> str | None:
+    from npa_airflow.common.links import DEFAULT_BURST_URL_TEMPLATE, _extra_value, format_burst_url
+
+    template = _extra_value(handle.get("conn_id"), "dashboard_url_template") or DEFAULT_BURST_URL_TEMPLATE
+    try:
+        return format_burst_url(template, handle)
+    except (KeyError, IndexError, ValueError):
+        return None

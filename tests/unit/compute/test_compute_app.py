@@ -1,0 +1,70 @@
+"""The Compute app's HTTP side: rows only of readable DAGs, Cancel offered only where the user may edit, filters."""
+
+from __future__ import annotations
+
+import pytest
+
+from npa_airflow.compute import app as compute_app
+from npa_airflow.compute import rows as r
+from npa_airflow.compute import sources
+
+
+def _row(job: str, dag: str, state: str, cluster: str = "main") -> r.ComputeRow:
+    handle = {"conn_id": "slurm_default", "cluster": cluster, "job_id": job}
+    task = r.LiveTask(dag, "run", "t", -1, 1, "deferred", {"slurm_job": handle}, {"sbatch_script": "#SBATCH -N 1"})
+    return r.slurm_row(task, r.JobStatus(state, state, "Resources" if state == "PENDING" else None), {}, now=0.0)
+
+
+@pytest.fixture
+def client(monkeypatch):
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.testclient import TestClient
+
+    rows = [_row("1", "mine", "RUNNING"), _row("2", "mine", "PENDING"), _row("3", "readonly", "RUNNING", "c2")]
+    rows.append(_row("4", "secret", "RUNNING"))
+    snap = sources.Snapshot(rows, errors={"c2": "NpaRemoteError: no answer", "c9": "x"}, fetched_at={"main": 1.0})
+    monkeypatch.setattr(sources, "snapshot", lambda: snap)
+    monkeypatch.setattr(compute_app, "_dag_permissions", lambda user: ({"mine", "readonly"}, {"mine"}))
+    app = compute_app.create_app()
+    app.dependency_overrides[get_user] = lambda: object()
+    with TestClient(app, root_path="/base/npa-compute") as test_client:
+        yield test_client
+
+
+def test_rows_of_unreadable_dags_are_not_shown_and_cancel_follows_edit_rights(client):
+    data = client.get("/jobs").json()
+    assert {row["job"]: row["can_cancel"] for row in data["rows"]} == {"1": True, "2": True, "3": False}
+    assert data["choices"] == {
+        "cluster": ["c2", "main"],
+        "state": ["PENDING", "RUNNING"],
+        "dag_id": ["mine", "readonly"],
+    }
+    assert data["errors"] == {"c2": "NpaRemoteError: no answer"}  # only clusters of rows the user may see
+
+
+def test_filters_narrow_the_rows_and_totals(client):
+    data = client.get("/jobs", params={"cluster": "main", "state": "pending"}).json()
+    assert [row["job"] for row in data["rows"]] == ["2"]
+    assert [t["cluster"] for t in data["totals"]] == ["main"]
+    assert client.get("/jobs", params={"state": "x" * 33}).status_code == 422
+
+
+def test_the_page_knows_the_ui_base_path(client):
+    html = client.get("/").text
+    assert 'const UI_BASE = "/base";' in html and "__UI_BASE__" not in html
+
+
+def test_the_plugin_mounts_the_page_where_its_nav_entry_points():
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from npa_airflow.plugin import NpaAirflowPlugin
+
+    (mounted,) = NpaAirflowPlugin.fastapi_apps
+    (view,) = NpaAirflowPlugin.external_views
+    root = FastAPI()
+    root.mount(mounted["url_prefix"], mounted["app"])
+    with TestClient(root) as test_client:
+        page = test_client.get(view["href"])
+    assert page.status_code == 200 and 'const UI_BASE = "";' in page.text
+    assert view["url_route"] == "compute" and view["name"] == "Compute"
