@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.burst.handle import XCOM_KEY, BurstJobHandle
 from npa_airflow.common.ownership import (
     Claim,
     TaskView,
@@ -19,6 +19,7 @@ from npa_airflow.common.ownership import (
     read_task_view,
     shielded,
     write_claim_xcom,
+    write_xcom,
 )
 from npa_airflow.common.trigger_rows import as_trigger_row
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from npa_airflow.burst.joblog import XComLineCount
 
 ON_KILL_TIMEOUT = 25.0  # inside the triggerer's own bound ([triggerer] on_kill_timeout, 30 s)
+PUBLISH_WAIT_SECONDS = 5.0  # for the XCom write of the job id when the event is ready
 DECIDE_SECONDS = 10.0  # of which deciding whether to cancel may take this long (the rest submits the cancel)
 
 
@@ -62,6 +64,7 @@ class BurstJobTrigger(BaseTrigger):
         self._current = BurstJobHandle.from_dict(handle)
         self._fired = False
         self._claim: Claim | None = None
+        self._publishing: asyncio.Future[None] | None = None  # the XCom write of a newly learned job id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return as_trigger_row(self, ("handle", "poll_interval", "deadline", "stream_logs", "cancel_on_kill", "nodes"))
@@ -72,7 +75,21 @@ class BurstJobTrigger(BaseTrigger):
         return SkyPilotHook(self._current.conn_id)
 
     def _remember(self, handle: BurstJobHandle) -> None:
+        learned = handle.job_id is not None and handle.job_id != self._current.job_id
         self._current = handle
+        if learned and self._claim is not None:
+            self._publishing = asyncio.ensure_future(self._publish(handle, self._claim))
+
+    async def _publish(self, handle: BurstJobHandle, claim: Claim) -> None:
+        """Put the job id the launch created into the task's XCom handle while the task waits, for what reads it
+        there: the Compute page, the listener plugin's cancel, the next try. Only while this trigger's claim is
+        the current one (a superseded trigger writes nothing)."""
+        ti = getattr(self, "task_instance", None)
+        current = await read_claim_xcom(ti)
+        if current is not None and current.token != claim.token:
+            return
+        if not await write_xcom(ti, XCOM_KEY, handle.to_dict()):
+            self.log.warning("Could not record SkyPilot job %s in the task's XCom (%s)", handle.job_id, XCOM_KEY)
 
     async def _claim_job(self) -> None:
         """Record this trigger's claim in the task instance's XCom (see npa_airflow.common.ownership)."""
@@ -119,6 +136,8 @@ class BurstJobTrigger(BaseTrigger):
             raise
         except Exception as exc:  # the job's end is unknown: the operator leaves it to the next try
             event = make_event("interrupted", self._current, f"waiting for the burst job failed: {exc}")
+        if self._publishing is not None:  # the event's handle supersedes it; let it finish, briefly
+            await asyncio.wait([self._publishing], timeout=PUBLISH_WAIT_SECONDS)
         self._fired = True
         yield TriggerEvent(event)
 
