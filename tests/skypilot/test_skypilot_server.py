@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -105,12 +106,19 @@ def test_sensor_reads_a_handle_produced_elsewhere_and_reports_the_launch_failure
 
 
 def server_processes(home: str) -> dict[int, str]:
-    """{pid: command line} of the processes running with HOME=``home``: all that dev/skypilot's server started."""
+    """{pid: command line} of what dev/skypilot's server started: the processes with HOME=``home``, and the ssh
+    ControlMaster muxes in the server's directory (a mux writes its title over its environment)."""
     found = {}
+    server_dir = str(Path(home).parent.resolve())
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and f"HOME={home}".encode() in (proc / "environ").read_bytes().split(b"\0"):
-                found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if not proc.name.isdigit():
+                continue
+            title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ours = f"HOME={home}".encode() in (proc / "environ").read_bytes().split(b"\0")
+            mux = title.startswith("ssh: ") and "[mux]" in title and os.readlink(proc / "cwd") == server_dir
+            if ours or mux:
+                found[int(proc.name)] = title
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return found
