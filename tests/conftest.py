@@ -10,6 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests check behaviour, never speed: no per-example deadline (Hypothesis' default of 200 ms failed a pure
+# parser's test now and then on the loaded 2-core machine).
+settings.register_profile("npa", deadline=None)
+settings.load_profile("npa")
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SCRIPT = REPO / "dev" / "cluster"
