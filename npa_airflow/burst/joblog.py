@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.client.joblog import LineKind, LogStreamParser, StreamLine
 from npa_airflow.common import xcom_keys
-from npa_airflow.common.ownership import Claim, read_claim_xcom, read_xcom, write_xcom
+from npa_airflow.common.ownership import Claim, claim_xcom_is, read_xcom, write_xcom
 from npa_airflow.common.retry import Backoff, apause
 
 if TYPE_CHECKING:
@@ -110,8 +110,7 @@ class XComLineCount:
         return record[2] if record is not None and record[:2] == (self.claim.try_number, job) else 0
 
     async def owned(self) -> bool:
-        current = await read_claim_xcom(self.ti)
-        return current is None or current.token == self.claim.token  # unreadable: carry on
+        return await claim_xcom_is(self.ti, self.claim)
 
     async def save(self, job: JobLog, lines: int) -> bool:
         value = line_count_value(self.claim.try_number, job, lines)

@@ -14,6 +14,7 @@ from npa_airflow.common.ownership import (
     Claim,
     TaskView,
     Verdict,
+    claim_xcom_is,
     decide,
     read_claim_xcom,
     read_task_view,
@@ -85,8 +86,7 @@ class BurstJobTrigger(BaseTrigger):
         there: the Compute page, the listener plugin's cancel, the next try. Only while this trigger's claim is
         the current one (a superseded trigger writes nothing)."""
         ti = getattr(self, "task_instance", None)
-        current = await read_claim_xcom(ti)
-        if current is not None and current.token != claim.token:
+        if not await claim_xcom_is(ti, claim):
             return
         if not await write_xcom(ti, XCOM_KEY, handle.to_dict()):
             self.log.warning("Could not record SkyPilot job %s in the task's XCom (%s)", handle.job_id, XCOM_KEY)

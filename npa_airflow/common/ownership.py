@@ -228,6 +228,12 @@ async def read_claim_xcom(ti: Any, timeout: float = READ_TIMEOUT) -> Claim | Non
     return Claim.parse(value) if isinstance(value, str) else None
 
 
+async def claim_xcom_is(ti: Any, claim: Claim) -> bool:
+    """Whether `claim` is still the task instance's current claim; an unreadable claim counts as current."""
+    current = await read_claim_xcom(ti)
+    return current is None or current.token == claim.token
+
+
 def _flatten(value: Any) -> list[str | None]:
     """`task_states` holds {task_id: state}, or {task_id: {map_index: state}} for mapped tasks."""
     if isinstance(value, dict):

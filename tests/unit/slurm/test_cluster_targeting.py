@@ -17,12 +17,11 @@ import pytest
 
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaCancelFailed, NpaRemoteError, NpaValidationError
-from npa_airflow.slurm import poller as poller_mod
 from npa_airflow.slurm.commands.records import BATCH_END, BATCH_MARK
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.hook import CommandResult, SlurmHook
-from npa_airflow.slurm.poller import SlurmPoller, get_poller, reset_pollers
+from npa_airflow.slurm.poller import SlurmPoller, get_poller
 from npa_airflow.slurm.spec import SbatchSpec
 from npa_airflow.slurm.triggers import SlurmJobTrigger
 from tests.harness.cluster_double import LocalClusterDouble
@@ -117,15 +116,6 @@ async def test_sbatch_names_the_hooks_cluster():
 
 
 # -- one poller per cluster; the trigger uses its job's -------------------------------------------------------
-
-
-@pytest.fixture
-def fast_poller(monkeypatch):
-    monkeypatch.setattr(poller_mod, "FLOOR_SECONDS", 0.01)
-    monkeypatch.setattr(poller_mod, "IDLE_STOP_SECONDS", 0.2)
-    reset_pollers()
-    yield
-    reset_pollers()
 
 
 async def test_pollers_are_keyed_by_cluster_and_their_hooks_name_it(fast_poller):

@@ -15,20 +15,12 @@ from pathlib import Path
 import pytest
 
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm import poller as poller_mod
-from npa_airflow.slurm.poller import get_poller, reset_pollers
+from npa_airflow.slurm.poller import get_poller
 from tests.harness.cluster_double import LocalClusterDouble
 from tests.supervisor_double import install_supervisor, run_for_task_instance
 from tests.unit.slurm.test_triggers import first_event, handle_for, logged_lines, make_trigger, start_watching
 
-
-@pytest.fixture(autouse=True)
-def fast_poller(monkeypatch):
-    monkeypatch.setattr(poller_mod, "FLOOR_SECONDS", 0.01)
-    monkeypatch.setattr(poller_mod, "IDLE_STOP_SECONDS", 0.2)
-    reset_pollers()
-    yield
-    reset_pollers()
+pytestmark = pytest.mark.usefixtures("fast_poller")  # tests/unit/slurm/conftest.py
 
 
 @pytest.fixture

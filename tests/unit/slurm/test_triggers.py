@@ -16,7 +16,6 @@ import pytest
 from airflow.models.trigger import Trigger
 
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm import poller as poller_mod
 from npa_airflow.slurm.log_lines import LineSplitter
 from npa_airflow.slurm.poller import get_poller, offsets_file_for, reset_pollers
 from npa_airflow.slurm.triggers import (
@@ -26,6 +25,8 @@ from npa_airflow.slurm.triggers import (
 )
 from tests.harness.cluster_double import LocalClusterDouble
 from tests.supervisor_double import install_supervisor, run_for_task_instance
+
+pytestmark = pytest.mark.usefixtures("fast_poller")  # tests/unit/slurm/conftest.py
 
 LOGGER = "npa.test.trigger"  # Airflow's structlog logger is swapped for a stdlib one that caplog sees
 
@@ -46,15 +47,6 @@ def handle_for(tmp_path: Path, job_id: str = "42", **overrides) -> dict:
     }
     handle.update(overrides)
     return handle
-
-
-@pytest.fixture(autouse=True)
-def fast_poller(monkeypatch):
-    monkeypatch.setattr(poller_mod, "FLOOR_SECONDS", 0.01)
-    monkeypatch.setattr(poller_mod, "IDLE_STOP_SECONDS", 0.2)
-    reset_pollers()
-    yield
-    reset_pollers()
 
 
 @pytest.fixture
