@@ -21,9 +21,9 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict, is_dataclass
 
 from benchmarks.cluster import ClusterEnv
+from benchmarks.report import json_safe
 from npa_airflow.exceptions import NpaError
 
 PARTS = ("triggerer", "monitoring", "submit", "logs", "imports")
@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=120.0, help="steady-state window, seconds (triggerer)")
     parser.add_argument("--steady-after", type=float, default=65.0, help="s after all deferred (triggerer)")
     parser.add_argument("--cancel-wait", type=float, default=60.0, help="how long to wait for cancels (triggerer)")
+    parser.add_argument("--anchor-cancel-up-to", type=int, help="largest N of the anchor's cancel run (triggerer)")
     parser.add_argument("--mem-floor-mib", type=int, default=1500, help="stop a side below this MemAvailable")
     parser.add_argument("--airflow-home", default="/var/tmp/npa-airflow-bench", help="triggerer part's AIRFLOW_HOME")
     parser.add_argument("--airflow-port", type=int, default=28290, help="triggerer part's API port")
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(_clean(raw), fh, indent=1)
+            json.dump(json_safe(raw), fh, indent=1)
     return 0
 
 
@@ -104,6 +105,7 @@ def _run_part(part: str, args: argparse.Namespace, env: ClusterEnv | None) -> ob
             cancel_wait=args.cancel_wait,
             mem_floor_mib=args.mem_floor_mib,
             steady_after=args.steady_after,
+            anchor_cancel_up_to=args.anchor_cancel_up_to,
         )
         dep = triggerer_main.DeploymentOptions(
             home=args.airflow_home,
@@ -112,6 +114,7 @@ def _run_part(part: str, args: argparse.Namespace, env: ClusterEnv | None) -> ob
             keep=args.keep_airflow,
             poll_interval=int(args.interval),
             sample_interval=args.sample_interval,
+            progress_path=args.json,
         )
         return triggerer_main.run(env, opts, dep)
     if part == "monitoring":
@@ -130,19 +133,6 @@ def _run_part(part: str, args: argparse.Namespace, env: ClusterEnv | None) -> ob
     from benchmarks import imports
 
     return imports.run(args.import_reps)
-
-
-def _clean(value: object) -> object:
-    """JSON-safe copy: dataclasses as dicts, keys as strings, anything else unknown as its str()."""
-    if is_dataclass(value) and not isinstance(value, type):
-        value = asdict(value)
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_clean(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
 
 
 if __name__ == "__main__":

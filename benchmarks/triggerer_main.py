@@ -5,13 +5,16 @@ the deployment down again (or leave it up with both triggerers, --keep-airflow).
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.cluster import ClusterEnv
 from benchmarks.deployment import DAG_ID, MEASURED_TRIGGERER, Deployment, sshd_listener_pids
+from benchmarks.report import json_safe
 from benchmarks.sampler import Sampler
 from benchmarks.triggerer import SIDES, Options, SideResult, idle_window, remove_anchor_job_dirs, run_side, warm_up
 from benchmarks.triggerer_phases import LOGIN_PORTS, Bench, log
@@ -29,6 +32,8 @@ class DeploymentOptions:
     keep: bool = False
     poll_interval: int = 5
     sample_interval: float = 1.0
+    # Written after every side (the run takes hours): the results so far, as JSON, and their tables.
+    progress_path: str | None = None
 
 
 def run(cluster: ClusterEnv, opts: Options, dep: DeploymentOptions) -> dict:
@@ -54,7 +59,8 @@ def run(cluster: ClusterEnv, opts: Options, dep: DeploymentOptions) -> dict:
         bench.calibrate_probe()
         log("warm-up: one unmeasured task per side")
         warm_up(bench, opts, bench_dir)
-        results = [idle_window(bench, opts), *_all_sizes(bench, opts, bench_dir)]
+        results = [idle_window(bench, opts)]
+        _all_sizes(bench, opts, bench_dir, results, lambda: _save_progress(results, dep))
     finally:
         if sampler is not None:
             sampler.stop()
@@ -70,8 +76,20 @@ def run(cluster: ClusterEnv, opts: Options, dep: DeploymentOptions) -> dict:
     return {"anchor_version": anchor_version, "poll_interval": dep.poll_interval, "results": results}
 
 
-def _all_sizes(bench: Bench, opts: Options, bench_dir: Path) -> list[SideResult]:
-    results: list[SideResult] = []
+def _save_progress(results: list[SideResult], dep: DeploymentOptions) -> None:
+    if dep.progress_path is None:
+        return
+    Path(dep.progress_path).write_text(json.dumps(json_safe({"poll_interval": dep.poll_interval, "results": results})))
+    Path(dep.progress_path).with_suffix(".md").write_text(
+        side_by_side(results, dep.poll_interval) + "\n\n" + rpc_types(results) + "\n"
+    )
+
+
+def _all_sizes(
+    bench: Bench, opts: Options, bench_dir: Path, results: list[SideResult], progress: Callable[[], None]
+) -> None:
+    """Each N in turn, this provider then the anchor; `results` grows by one entry per side, then `progress`."""
+    progress()
     stopped_at: dict[str, int] = {}
     for n in opts.sizes:
         for side in SIDES:
@@ -80,7 +98,7 @@ def _all_sizes(bench: Bench, opts: Options, bench_dir: Path) -> list[SideResult]
                 continue
             result = run_side(bench, side, n, opts, bench_dir)
             results.append(result)
+            progress()
             if result.stopped:
                 stopped_at[side] = n
             time.sleep(opts.settle)
-    return results
