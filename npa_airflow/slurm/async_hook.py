@@ -25,6 +25,7 @@ from npa_airflow.slurm.ssh import (
     CONNECTION_ERRORS,
     MAX_CHANNELS_PER_CONNECTION,
     MAX_COMMAND_BYTES,
+    SCRIPT_ON_STDIN,
     CommandResult,
     as_bytes,
     login_shell_command,
@@ -151,7 +152,8 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         """Run one command on the login host, always under bash (:func:`login_shell_command`).
 
         An argv list is quoted with ``shlex.join``; a string must be built only from quoted parts. Either becomes a
-        bash script, so the user's login shell (tcsh, zsh, ...) never parses it.
+        bash script, so the user's login shell (tcsh, zsh, ...) never parses it. A script too long for one
+        argument (a batch over 1,000 jobs) is sent as stdin when the command takes none of its own.
 
         A connection that turns out dead before the command ran is replaced once. If it dies while the command
         runs, the command is repeated only when ``idempotent``; otherwise ``NpaConnectionError`` is raised and the
@@ -164,10 +166,13 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
             )
         wire = login_shell_command(command)
         if len(wire) > MAX_COMMAND_BYTES:  # ASCII: characters are bytes
-            raise NpaValidationError(
-                f"remote command too long: {len(wire)} bytes once encoded for the login shell, which takes at most "
-                f"{MAX_COMMAND_BYTES} in one argument (Linux MAX_ARG_STRLEN); split it: {short_command(command)!r}"
-            )
+            if stdin is not None:
+                raise NpaValidationError(
+                    f"remote command too long: {len(wire)} bytes once encoded for the login shell, which takes at "
+                    f"most {MAX_COMMAND_BYTES} in one argument (Linux MAX_ARG_STRLEN), and its stdin is taken; "
+                    f"split it: {short_command(command)!r}"
+                )
+            wire, stdin = SCRIPT_ON_STDIN, command.encode()
         result = await aretry(
             lambda: self._run_once(command, wire, stdin, timeout, idempotent),
             transient=lambda exc: isinstance(exc, _RepeatableConnectionError),

@@ -189,6 +189,11 @@ def login_shell_command(script: str) -> str:
     return f"exec bash -c 'eval \"$(echo {encoded} | base64 -d)\"'"
 
 
+# A script too long for one argument travels as stdin instead; for commands that take no stdin of their own
+# (the poller's and on_kill's batches over 1,000 jobs). Inert in every login shell, like the base64 form.
+SCRIPT_ON_STDIN = "exec bash -c 'eval \"$(cat)\"'"
+
+
 def short_command(command: str, limit: int = 120) -> str:
     """The first line of a command, cut to ``limit`` characters: for messages."""
     first = command.strip().splitlines()[0] if command.strip() else ""

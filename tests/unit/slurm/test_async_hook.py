@@ -28,7 +28,7 @@ from npa_airflow.slurm.offsets import (
     parse_read_offsets,
 )
 from npa_airflow.slurm.preflight import PreflightRequest, build_preflight_command
-from npa_airflow.slurm.ssh import MAX_COMMAND_BYTES, login_shell_command
+from npa_airflow.slurm.ssh import MAX_COMMAND_BYTES, SCRIPT_ON_STDIN, login_shell_command
 from npa_airflow.slurm.staging import SBATCH_BEGIN, StagedFile
 
 CONFIG = SlurmConnectionConfig(conn_id="slurm_x", hosts=(("127.0.0.1", 1),), user="npa")
@@ -196,14 +196,26 @@ async def test_the_hooks_commands_work_for_a_tcsh_login_user(tmp_path):
     assert "NPA_PF" in done.text and done.returncode == 0, done.stderr
 
 
-async def test_a_command_too_long_for_one_argument_is_refused_before_sending():
-    conn = ShellConnection()
+async def test_a_script_too_long_for_one_argument_travels_as_stdin(tmp_path):
+    """Linux caps one argument at 128 KiB: a longer script (a batch over 1,000 jobs) is sent as stdin, and runs
+    under every login shell; with stdin of its own it is refused before anything is sent."""
+    conn = ShellConnection(shell=_tcsh_or_sh())
     hook = hook_on(conn)  # type: ignore[arg-type]
     fits = "x" * (MAX_COMMAND_BYTES * 3 // 4 - 64)
     await hook.arun(["printf", fits])
+    assert conn.sent[-1][1] is None and len(conn.sent[-1][0]) <= MAX_COMMAND_BYTES
+    long = "; ".join(f"printf '%s\\n' {i} >/dev/null" for i in range(8000)) + "; read -r x; printf 'end %s' \"$x\""
+    assert len(login_shell_command(long)) > MAX_COMMAND_BYTES
+    done = await hook.arun(long)
+    assert conn.sent[-1] == (SCRIPT_ON_STDIN, long.encode())
+    assert done.stdout == b"end " and done.returncode == 0, done.stderr  # the script's own reads see EOF
     with pytest.raises(NpaValidationError, match="too long"):
-        await hook.arun(["printf", fits + "x" * 128])
-    assert len(conn.sent) == 1 and len(conn.sent[0][0]) <= MAX_COMMAND_BYTES
+        await hook.arun(long, stdin=b"data")
+    assert len(conn.sent) == 2
+
+
+def _tcsh_or_sh() -> str:
+    return "tcsh" if shutil.which("tcsh") else "sh"
 
 
 class _Stdin:
