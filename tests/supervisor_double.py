@@ -13,12 +13,17 @@ class SupervisorDouble:
         self.state = state
         self.asked: list[Any] = []
         self.xcoms: dict[str, Any] = {}
+        self.map_indexes: list[int] = []  # set: the task is mapped, answered as Airflow 3.3 does ("<task>_<i>")
 
     async def asend(self, msg: Any) -> Any:
         self.asked.append(msg)
         kind = type(msg).__name__
         if kind == "GetTaskStates":
-            return types.SimpleNamespace(task_states={msg.run_ids[0]: {msg.task_ids[0]: self.state}})
+            task = msg.task_ids[0]
+            if self.map_indexes:
+                wanted = self.map_indexes if msg.map_index is None else [msg.map_index]
+                return types.SimpleNamespace(task_states={msg.run_ids[0]: {f"{task}_{i}": self.state for i in wanted}})
+            return types.SimpleNamespace(task_states={msg.run_ids[0]: {task: self.state}})
         if kind == "SetXCom":
             self.xcoms[msg.key] = msg.value
             return None
@@ -36,9 +41,11 @@ def install_supervisor(monkeypatch: Any, state: str | None) -> SupervisorDouble:
     return double
 
 
-def run_for_task_instance(trigger: Any, try_number: int = 1, dag_id: str = "d", run_id: str = "r") -> Any:
+def run_for_task_instance(
+    trigger: Any, try_number: int = 1, dag_id: str = "d", run_id: str = "r", map_index: int = -1
+) -> Any:
     """As the triggerer runs a trigger: with the task instance it waits for."""
     trigger._task_instance = types.SimpleNamespace(
-        dag_id=dag_id, task_id="t", run_id=run_id, map_index=-1, try_number=try_number
+        dag_id=dag_id, task_id="t", run_id=run_id, map_index=map_index, try_number=try_number
     )
     return trigger

@@ -24,15 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from npa_airflow.common import xcom_keys
+from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.retry import apause
 
+log = logging.getLogger(__name__)
 DECIDE_SECONDS = 12.0  # how long on_kill keeps reading before it leaves the job alone
 DECIDE_PAUSE = 1.0
 READ_TIMEOUT = 10.0
@@ -135,24 +139,89 @@ def _xcom_map_index(ti: Any) -> int:
 
 async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT, try_key: str | None = None) -> TaskView | None:
     """The current state of trigger's task instance `ti` (a TaskInstanceDTO), through the triggerer's
-    supervisor, and with `try_key` the try number the operator last pushed under that XCom key; None when
-    there is no supervisor (dag.test) or the read fails."""
+    supervisor, and with `try_key` the try number the operator last pushed under that XCom key (read only while
+    the task is deferred: any other state decides on its own); None when there is no supervisor (dag.test) or
+    the read fails. Reads of the same task's instances that arrive together share one request."""
     if ti is None:
         return None
-    waiting_try = await read_xcom(ti, try_key, timeout) if try_key else None
+    key = _TaskKey(ti.dag_id, ti.run_id, ti.task_id, _map_index(ti))
     try:
-        from airflow.sdk.execution_time.comms import GetTaskStates
-
-        request = GetTaskStates(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=_map_index(ti))
-        response = await asyncio.wait_for(_comms().asend(request), timeout)
+        found = await asyncio.wait_for(_task_state_reads().get(key), timeout)
     except Exception:
         return None
-    states = _flatten((getattr(response, "task_states", None) or {}).get(ti.run_id))
-    if len(states) != 1:
+    if found is None:
         return None
+    state = found[0]
+    waiting_try = await read_xcom(ti, try_key, timeout) if try_key and state == DEFERRED else None
     if isinstance(waiting_try, str) and waiting_try.isdigit():
         waiting_try = int(waiting_try)
-    return TaskView(states[0], waiting_try if isinstance(waiting_try, int) else None)
+    return TaskView(state, waiting_try if isinstance(waiting_try, int) else None)
+
+
+@dataclass(frozen=True)
+class _TaskKey:
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int | None
+
+
+_STATE_READS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Coalescer[_TaskKey, tuple[str | None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _task_state_reads() -> Coalescer[_TaskKey, tuple[str | None]]:
+    loop = asyncio.get_running_loop()
+    reads = _STATE_READS.get(loop)
+    if reads is None:
+        reads = _STATE_READS[loop] = Coalescer(_read_task_states)
+    return reads
+
+
+async def _read_task_states(keys: Sequence[_TaskKey]) -> dict[_TaskKey, tuple[str | None]]:
+    """ONE GetTaskStates per (DAG, run, task) for all its map indexes asked: {key: (state,)}, unread keys left out.
+
+    One task id per request: Airflow 3.3 answers a mapped instance as "<task_id>_<map_index>", which two task
+    ids of one request could both produce.
+    """
+    from airflow.sdk.execution_time.comms import GetTaskStates
+
+    groups: dict[tuple[str, str, str], list[_TaskKey]] = {}
+    for key in keys:
+        groups.setdefault((key.dag_id, key.run_id, key.task_id), []).append(key)
+    found: dict[_TaskKey, tuple[str | None]] = {}
+    for (dag_id, run_id, task_id), members in groups.items():
+        map_index = members[0].map_index if len(members) == 1 else None
+        request = GetTaskStates(dag_id=dag_id, task_ids=[task_id], run_ids=[run_id], map_index=map_index)
+        try:
+            response = await _comms().asend(request)
+        except Exception as exc:  # this group reads as unknown; the others may still answer
+            log.warning("Could not read the states of %s in %s/%s: %s", task_id, dag_id, run_id, exc)
+            continue
+        states = (getattr(response, "task_states", None) or {}).get(run_id) or {}
+        for key in members:
+            state = _state_in(states, task_id, key.map_index)
+            if state is not _MISSING:
+                found[key] = (state,)  # type: ignore[assignment]
+    return found
+
+
+_MISSING = object()
+
+
+def _state_in(states: dict[str, Any], task_id: str, map_index: int | None) -> Any:
+    """A task instance's state in GetTaskStates' answer for its run: {task_id: state} for an unmapped one,
+    {"<task_id>_<map_index>": state} for a mapped one (or {task_id: {map_index: state}})."""
+    if map_index is None:
+        value = states.get(task_id, _MISSING)
+        return _MISSING if isinstance(value, dict) else value
+    if f"{task_id}_{map_index}" in states:
+        return states[f"{task_id}_{map_index}"]
+    nested = states.get(task_id)
+    if isinstance(nested, dict):
+        return nested.get(map_index, nested.get(str(map_index), _MISSING))
+    return _MISSING
 
 
 async def shielded(work: Awaitable[Any]) -> Any:
@@ -232,10 +301,3 @@ async def claim_xcom_is(ti: Any, claim: Claim) -> bool:
     """Whether `claim` is still the task instance's current claim; an unreadable claim counts as current."""
     current = await read_claim_xcom(ti)
     return current is None or current.token == claim.token
-
-
-def _flatten(value: Any) -> list[str | None]:
-    """`task_states` holds {task_id: state}, or {task_id: {map_index: state}} for mapped tasks."""
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _flatten(v)]
-    return [value]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from npa_airflow.common.remote_errors import scancel_nothing_to_cancel, slurmctld_unreachable, squeue_job_id_unknown
@@ -28,13 +29,31 @@ CANCELLED = "cancelled"  # slurmctld took the cancel (or the job was already can
 ENDED = "ended"  # the job had already ended: nothing left to cancel
 
 
+@dataclass(frozen=True)
+class CancelRequest:
+    """One job to cancel: its id, Airflow's cancel marker to create first, its secret files to shred."""
+
+    job_id: str
+    marker: str | None = None
+    shred: tuple[str, ...] = ()
+
+
+def _unchecked(job_ids: Sequence[str], error_text: str) -> NpaRemoteError:
+    shown = ", ".join(job_ids[:5]) + (f" and {len(job_ids) - 5} more" if len(job_ids) > 5 else "")
+    return NpaRemoteError(f"could not check the cancel of Slurm job {shown}: {error_text[-500:]}")
+
+
+def _scancel_took_it(result: CommandResult) -> bool:
+    return result.returncode == 0 or scancel_nothing_to_cancel(result.error_text)
+
+
 def _recorded(command: str, marker: str | None) -> str:
     """``command`` (shell), preceded by the creation of Airflow's cancel marker when there is one."""
     return f"{commands.build_record_cancel(marker)}; {command}" if marker else command
 
 
 def _raise_for_scancel(result: CommandResult, what: str) -> None:
-    if result.returncode == 0 or scancel_nothing_to_cancel(result.error_text):
+    if _scancel_took_it(result):
         return
     message = f"scancel {what} failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"
     if result.returncode is None or slurmctld_unreachable(result.error_text):
@@ -60,36 +79,74 @@ class CancelCommands:
         nothing was cancelled: scancel refused, or the cluster does not know the job and accounting does not
         show it finished (a wrong job id or cluster).
         """
-        cluster = await self.atarget_cluster()
-        command = _recorded(commands.build_cancel_and_shred(job_id, shred, cluster), marker)
-        result = await self.arun(command, check=False)
-        _raise_for_scancel(result, job_id)
-        outcome = await self._cancel_outcome(job_id, cluster)
-        if result.returncode != 0:
-            await self.ashred(shred)  # scancel found nothing to cancel: the shred after it did not run
+        request = CancelRequest(job_id, marker, tuple(shred))
+        outcome = (await self.acancel_many([request]))[request]
+        if isinstance(outcome, Exception):
+            raise outcome
         return outcome
 
-    async def _cancel_outcome(self, job_id: str, cluster: str | None) -> str:
-        """What the scancel that just ran did, from slurmctld's view, else from accounting."""
-        squeue = await self.arun(commands.build_squeue_states([job_id], cluster), check=False)
+    async def acancel_many(self, requests: Sequence[CancelRequest]) -> dict[CancelRequest, str | Exception]:
+        """:meth:`acancel` for many jobs in one scancel round trip and one squeue (plus one sacct for the jobs
+        slurmctld no longer knows): {request: CANCELLED, ENDED or the exception acancel would raise}.
+
+        A scancel refused for some job (exit status, not "nothing to cancel") is retried job by job, so that
+        only the refused jobs get NpaCancelFailed. Raises NpaRemoteError when the cluster did not answer.
+        """
+        if not requests:
+            return {}
+        cluster = await self.atarget_cluster()
+        ids = list(dict.fromkeys(r.job_id for r in requests))
+        shred = [path for r in requests for path in r.shred]
+        markers = "; ".join(commands.build_record_cancel(r.marker) for r in requests if r.marker)
+        command = commands.build_cancel_and_shred(ids, shred, cluster)
+        result = await self.arun(f"{markers}; {command}" if markers else command, check=False)
+        if len(requests) > 1 and not _scancel_took_it(result):
+            if result.returncode is None or slurmctld_unreachable(result.error_text):
+                _raise_for_scancel(result, f"of {len(ids)} jobs")
+            return {r: await self._outcome_alone(r) for r in requests}  # which job was refused?
+        _raise_for_scancel(result, ids[0] if len(ids) == 1 else f"of {len(ids)} jobs")
+        outcomes = await self._cancel_outcomes(ids, cluster)
+        if result.returncode != 0:  # scancel found nothing to cancel: the shred after it did not run
+            await self.ashred([p for r in requests if not isinstance(outcomes[r.job_id], Exception) for p in r.shred])
+        return {r: outcomes[r.job_id] for r in requests}
+
+    async def _outcome_alone(self, request: CancelRequest) -> str | Exception:
+        try:
+            return (await self.acancel_many([request]))[request]
+        except Exception as exc:
+            return exc
+
+    async def _cancel_outcomes(self, job_ids: Sequence[str], cluster: str | None) -> dict[str, str | Exception]:
+        """What the scancel that just ran did to each job, from slurmctld's view, else from accounting."""
+        outcomes: dict[str, str | Exception] = {}
+        squeue = await self.arun(commands.build_squeue_states(job_ids, cluster), check=False)
         if squeue.returncode == 0:
-            live = commands.parse_squeue(squeue.text).get(job_id)
-            if live is not None:
-                return ENDED if live.state in (JobState.COMPLETE, JobState.ERROR) else CANCELLED
+            live = commands.parse_squeue(squeue.text)
+            for job_id in job_ids:
+                info = live.get(job_id)
+                if info is not None:
+                    outcomes[job_id] = ENDED if info.state in (JobState.COMPLETE, JobState.ERROR) else CANCELLED
         elif not squeue_job_id_unknown(squeue.error_text):
-            raise NpaRemoteError(f"could not check the cancel of Slurm job {job_id}: {squeue.error_text[-500:]}")
-        sacct = await self.arun(commands.build_sacct_states([job_id], cluster), check=False)
+            raise _unchecked(job_ids, squeue.error_text)
+        unknown = [j for j in job_ids if j not in outcomes]
+        if not unknown:
+            return outcomes
+        sacct = await self.arun(commands.build_sacct_states(unknown, cluster), check=False)
         if sacct.returncode != 0:
-            raise NpaRemoteError(f"could not check the cancel of Slurm job {job_id}: {sacct.error_text[-500:]}")
-        record = commands.parse_sacct(sacct.text).get(job_id)
-        if record is not None and record.state.is_terminal:
-            return ENDED
-        seen = "has no record of it" if record is None else f"still shows it {record.native_state}"
-        raise NpaCancelFailed(
-            f"nothing was cancelled: slurmctld on {squeue.host} does not know Slurm job {job_id} and accounting "
-            f"{seen}. Check the job id and the cluster (connection extra cluster_name) with "
-            f"`sacct -j {job_id}` and `squeue -j {job_id}`."
-        )
+            raise _unchecked(unknown, sacct.error_text)
+        records = commands.parse_sacct(sacct.text)
+        for job_id in unknown:
+            record = records.get(job_id)
+            if record is not None and record.state.is_terminal:
+                outcomes[job_id] = ENDED
+                continue
+            seen = "has no record of it" if record is None else f"still shows it {record.native_state}"
+            outcomes[job_id] = NpaCancelFailed(
+                f"nothing was cancelled: slurmctld on {squeue.host} does not know Slurm job {job_id} and accounting "
+                f"{seen}. Check the job id and the cluster (connection extra cluster_name) with "
+                f"`sacct -j {job_id}` and `squeue -j {job_id}`."
+            )
+        return outcomes
 
     async def acancel_by_name(self, job_name: str, *, marker: str | None = None, shred: Sequence[str] = ()) -> None:
         """scancel the connection user's jobs named exactly ``job_name``, creating ``marker`` first.

@@ -13,14 +13,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from npa_airflow.common.ownership import Claim
 from npa_airflow.common.retry import apause
 from npa_airflow.slurm.offsets import (
     build_commit_offsets,
-    build_read_claims,
     build_read_offsets,
     build_write_claims,
-    parse_read_claims,
     parse_read_offsets,
 )
 
@@ -123,13 +120,6 @@ class OffsetBookkeeping:
                 start = max(cursor.committed, saved.get(cursor.path, 0))
                 cursor.read = cursor.committed = cursor.persisted = start
             reg.offsets_loaded = True
-
-    async def read_claim(self, claim_file: str, timeout: float = 10.0) -> Claim | None:
-        """The claim now in `claim_file`, read afresh (on_kill); None when unreadable."""
-        result = await asyncio.wait_for(
-            self.hook.arun(build_read_claims([claim_file]), timeout=timeout, check=False), timeout
-        )
-        return parse_read_claims(result.stdout.split(b"\n", 1)[0], [claim_file])[claim_file]
 
     def _shredded(self, regs: Sequence[Registration]) -> None:
         for reg in regs:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from npa_airflow.common.ownership import Claim
 from npa_airflow.common.retry import Backoff, apause
 from npa_airflow.common.states import JobState
+from npa_airflow.slurm.kill_batch import KillBatch
 from npa_airflow.slurm.offsets import (
     CLAIM_SUFFIX,
     OFFSETS_SUFFIX,
@@ -220,6 +221,7 @@ class SlurmPoller(OffsetBookkeeping):
         self._task: asyncio.Task[None] | None = None
         self._consecutive_failures = 0
         self.stats = PollerStats()
+        self.kills = KillBatch(lambda: self.hook)  # on_kill's reads and cancels, batched across triggers
 
     # -- registration ------------------------------------------------------------------------------------
 

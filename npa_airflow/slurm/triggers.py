@@ -30,6 +30,7 @@ from npa_airflow.common.secret_masking import redact_text
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
 from npa_airflow.exceptions import cluster_did_not_answer
+from npa_airflow.slurm.cancels import CancelRequest
 from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.log_lines import LineSplitter
@@ -52,6 +53,7 @@ TAIL_LINES = 60  # lines of the job's output carried in a failure event
 module_log = logging.getLogger(__name__)  # on_kill's lines reach the triggerer's own log
 DEADLINE_CANCEL_TIMEOUT = 30.0
 ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([triggerer] on_kill_timeout)
+CLAIM_READ_TIMEOUT = 10.0
 CANCEL_BACKOFF = Backoff(base=1.0, cap=8.0, jitter=0.5)  # between scancel attempts, inside the timeouts above
 # A job that sacct and squeue both answer they do not know, for this long in a row, is lost: the wait ends.
 VANISHED_AFTER_SECONDS = 600.0
@@ -422,13 +424,14 @@ class SlurmJobTrigger(BaseTrigger):
 
         Returns what happened ("cancelled" or "ended"); raises when it could not cancel. Callers bound the time.
         """
-        hook = self._poller().hook
+        kills = self._poller().kills  # batched with the other triggers' cancels (a whole DAG run marked failed)
+        request = CancelRequest(self.job_id, self._cancel_marker(), tuple(self.secret_files()))
 
         def again(exc: BaseException, delay: float) -> None:
             self.log.warning("Cancelling Slurm job %s failed (%s); retrying in %.0f s", self.job_id, exc, delay)
 
         outcome: str = await aretry(
-            lambda: hook.acancel(self.job_id, marker=self._cancel_marker(), shred=self.secret_files()),
+            lambda: kills.cancel(request),
             transient=cluster_did_not_answer,
             backoff=CANCEL_BACKOFF,
             budget=Budget(),
@@ -480,7 +483,8 @@ class SlurmJobTrigger(BaseTrigger):
         current = None
         if self._claim_file:
             try:
-                current = await self._poller().read_claim(self._claim_file)
+                claim_read = self._poller().kills.read_claim(self._claim_file)
+                current = await asyncio.wait_for(claim_read, CLAIM_READ_TIMEOUT)
             except Exception as exc:
                 module_log.warning("Could not read the claim on Slurm job %s (%s)", self.job_id, exc)
         return current, await read_task_view(getattr(self, "task_instance", None), try_key=SLURM_TRY_XCOM_KEY)
@@ -496,16 +500,16 @@ class SlurmJobTrigger(BaseTrigger):
             self.log.info(message, self.job_id, verdict.value, why)
             module_log.warning(message, self.job_id, verdict.value, why)
             return
-        hook = self._poller().hook
+        poller = self._poller()
         try:
-            info = (await hook.ajob_states([self.job_id])).get(self.job_id)
+            info = await poller.kills.job_state(self.job_id)
         except Exception as exc:  # cancel anyway: scancel of a job that already ended is harmless
             module_log.warning("Could not read Slurm job %s before cancelling (%s)", self.job_id, exc)
             info = None
         if info is not None and info.state.is_terminal:
             self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
             try:
-                await hook.ashred(self.secret_files())
+                await poller.hook.ashred(self.secret_files())
             except Exception as exc:  # best effort, like the cancel itself
                 module_log.warning("Could not remove the secret files of Slurm job %s (%s)", self.job_id, exc)
             return

@@ -50,6 +50,7 @@ class LocalClusterDouble:
         self.fail_commands = 0
         self.shredded: list[str] = []  # files removed through acancel/ashred (the poller shreds through arun)
         self.absent: set[str] = set()  # ids both sacct and squeue answer they do not know
+        self.cancel_batches: list[list[str]] = []  # job ids of each acancel_many call
 
     async def ajob_states(self, job_ids):
         self.state_calls.append(list(job_ids))
@@ -79,6 +80,15 @@ class LocalClusterDouble:
         self.states[job_id] = JobState.CANCELED
         await self.ashred(shred)
         return "cancelled"
+
+    async def acancel_many(self, requests):
+        """One batch of cancels (the real hook sends one scancel): each through `acancel`, which tests replace."""
+        self.cancel_batches.append([r.job_id for r in requests])
+        outcomes = {}
+        for r in requests:
+            kwargs = {"marker": r.marker} if r.marker else {}  # some tests' acancel takes no marker
+            outcomes[r] = await self.acancel(r.job_id, shred=r.shred, **kwargs)
+        return outcomes
 
     async def ashred(self, paths):
         self.shredded.extend(paths)

@@ -108,16 +108,19 @@ CANCEL_MARKER_SUFFIX = ".npa-cancelled"
 _USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}")
 
 
-def build_cancel(job_id: str, cluster: str | None = None) -> list[str]:
-    return ["scancel", *cluster_args(cluster), validate_job_id(job_id)]
+def build_cancel(*job_ids: str, cluster: str | None = None) -> list[str]:
+    """ONE scancel for one or many jobs (22.05 exits 0 when none of them is known: see npa_airflow.slurm.cancels)."""
+    if not job_ids:
+        raise NpaValidationError("no job id to cancel")
+    return ["scancel", *cluster_args(cluster), *dict.fromkeys(validate_job_id(j) for j in job_ids)]
 
 
-def build_cancel_and_shred(job_id: str, shred: Sequence[str], cluster: str | None = None) -> str:
-    """scancel, then, only when scancel succeeded, shred the job's secret files; exits with scancel's status.
+def build_cancel_and_shred(job_ids: str | Sequence[str], shred: Sequence[str], cluster: str | None = None) -> str:
+    """scancel, then, only when scancel succeeded, shred the jobs' secret files; exits with scancel's status.
 
     A cancelled job never runs again, so its secrets sidecar can go in the same round trip.
     """
-    cancel = shlex.join(build_cancel(job_id, cluster))
+    cancel = shlex.join(build_cancel(*([job_ids] if isinstance(job_ids, str) else job_ids), cluster=cluster))
     if not shred:
         return cancel
     return f"{cancel} || exit $?; {build_shred_files(shred)}"

@@ -100,6 +100,32 @@ async def test_read_task_view_of_a_mapped_task(monkeypatch):
     assert await read_task_view(ti) == TaskView("failed")
 
 
+async def test_reads_of_one_mapped_tasks_instances_share_one_request_and_only_deferred_ones_read_the_try(
+    monkeypatch,
+):
+    """A DAG run of many waiting tasks marked failed: every on_kill reads its task instance at once."""
+    import asyncio
+
+    from airflow.sdk.execution_time import task_runner
+
+    asked = []
+
+    class Comms:
+        async def asend(self, msg):
+            asked.append(msg)
+            if type(msg).__name__ == "GetXCom":
+                return types.SimpleNamespace(value="2")
+            return types.SimpleNamespace(task_states={"r": {"t_0": "failed", "t_1": "deferred", "t_2": None}})
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Comms(), raising=False)
+    tis = [types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=i) for i in range(4)]
+    views = await asyncio.gather(*(read_task_view(ti, try_key="k") for ti in tis))
+    assert views == [TaskView("failed"), TaskView("deferred", 2), TaskView(None), None]  # index 3: not in the answer
+    states = [m for m in asked if type(m).__name__ == "GetTaskStates"]
+    assert len(states) == 1 and states[0].map_index is None and states[0].task_ids == ["t"]
+    assert [m.map_index for m in asked if type(m).__name__ == "GetXCom"] == [1]
+
+
 async def test_shielded_work_finishes_when_its_caller_is_cancelled():
     """Airflow re-cancels a trigger about once a second while its on_kill runs."""
     import asyncio

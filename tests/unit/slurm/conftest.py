@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -11,10 +13,21 @@ from npa_airflow.slurm.poller import reset_pollers
 
 
 @pytest.fixture
-def fast_poller(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Pollers that cycle every 10 ms and stop 0.2 s after their last registration; none left from other tests."""
+async def fast_poller(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
+    """Pollers that cycle every 10 ms and stop 0.2 s after their last registration; none left from other tests.
+
+    At the end the test's pollers are stopped while their loop still runs: cancelling one at the loop's close
+    can land inside `create_subprocess_exec`, which then never finishes (Python 3.11's subprocess transport).
+    """
     monkeypatch.setattr(poller_mod, "FLOOR_SECONDS", 0.01)
     monkeypatch.setattr(poller_mod, "IDLE_STOP_SECONDS", 0.2)
     reset_pollers()
     yield
+    monkeypatch.setattr(poller_mod, "IDLE_STOP_SECONDS", 0.0)
+    for poller in list(poller_mod._POLLERS.get(asyncio.get_running_loop(), {}).values()):
+        poller._registrations.clear()  # the loop ends by itself once idle, between two commands
+        poller._wake.set()
+        if poller._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(poller._task), 5)
     reset_pollers()

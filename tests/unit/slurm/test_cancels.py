@@ -11,6 +11,7 @@ import pytest
 
 from npa_airflow.exceptions import NpaCancelFailed, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm import commands
+from npa_airflow.slurm.cancels import CancelRequest
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.ssh import CommandResult
@@ -91,6 +92,109 @@ async def test_an_unanswered_check_after_scancel_is_worth_retrying():
     hook, _ = scripted({"scancel": (0, "", ""), "squeue": (1, "", down)})
     with pytest.raises(NpaRemoteError):
         await hook.acancel("7")
+
+
+# -- many jobs at once (a DAG run of waiting tasks marked failed: on_kill batches them, kill_batch.py) ---------
+
+
+def answering(answer) -> tuple[SlurmHook, list[str]]:
+    """A hook whose commands are answered by `answer(command) -> (rc, stdout, stderr)`."""
+    hook = SlurmHook(config=CONFIG)
+    sent: list[str] = []
+
+    async def arun(argv, **kwargs):
+        command = argv if isinstance(argv, str) else shlex.join(argv)
+        sent.append(command)
+        rc, out, err = answer(command)
+        return CommandResult(stdout=out.encode(), stderr=err.encode(), returncode=rc, host="login1")
+
+    hook.arun = arun  # type: ignore[method-assign]
+    return hook, sent
+
+
+def requests_for(*ids: str) -> list[CancelRequest]:
+    return [
+        CancelRequest(i, f"/r/sbatch/j{i}.sbatch.npa-cancelled", (f"/r/sbatch/j{i}.sbatch.npa-secrets",)) for i in ids
+    ]
+
+
+async def test_many_jobs_take_one_scancel_with_every_marker_first_and_one_squeue():
+    squeue = "7|7|CANCELLED|None|c1|a\n8|8|COMPLETED|None|c1|b\n"
+
+    def answer(command):
+        return (0, squeue, "") if command.startswith("squeue") else (0, "", "")
+
+    hook, sent = answering(answer)
+    requests = requests_for("7", "8")
+    assert await hook.acancel_many(requests) == {requests[0]: "cancelled", requests[1]: "ended"}
+    assert len(sent) == 2
+    cancel = sent[0]
+    assert cancel.index("j7.sbatch.npa-cancelled") < cancel.index("scancel 7 8")
+    assert cancel.index("j8.sbatch.npa-cancelled") < cancel.index("scancel 7 8")
+    assert cancel.index("scancel 7 8 || exit $?") < cancel.index("j7.sbatch.npa-secrets")
+    assert sent[1].startswith("squeue") and "--jobs=7,8" in sent[1]
+
+
+async def test_jobs_slurmctld_forgot_are_checked_in_one_sacct_and_only_they_fail():
+    def answer(command):
+        if command.startswith("squeue"):
+            return 0, "7|7|CANCELLED|None|c1|a\n", ""
+        if command.startswith("sacct"):
+            return 0, "8|8|COMPLETED|0:0|c1|None|b\n", ""
+        return 0, "", ""
+
+    hook, sent = answering(answer)
+    requests = requests_for("7", "8", "9")
+    outcomes = await hook.acancel_many(requests)
+    assert outcomes[requests[0]] == "cancelled" and outcomes[requests[1]] == "ended"
+    assert isinstance(outcomes[requests[2]], NpaCancelFailed) and "job 9" in str(outcomes[requests[2]])
+    assert [c.split()[0] for c in sent[1:]] == ["squeue", "sacct"] and "-j 8,9" in sent[2]
+
+
+async def test_a_refusal_in_a_batch_is_told_apart_job_by_job():
+    denied = "scancel: error: Kill job error on job id 8: Access/permission denied\n"
+
+    def answer(command):
+        if "scancel" in command:
+            return (1, "", denied) if " 8" in command.split("scancel", 1)[1] else (0, "", "")
+        return 0, "7|7|CANCELLED|None|c1|a\n", ""
+
+    hook, sent = answering(answer)
+    requests = requests_for("7", "8")
+    outcomes = await hook.acancel_many(requests)
+    assert outcomes[requests[0]] == "cancelled"
+    assert isinstance(outcomes[requests[1]], NpaCancelFailed) and "permission denied" in str(outcomes[requests[1]])
+    assert sum("scancel" in c for c in sent) == 3  # the batch, then 7 alone, then 8 alone
+
+
+async def test_an_unanswered_batch_raises_for_all_so_that_each_retries():
+    down = "scancel: error: Unable to contact slurm controller (connect failure)\n"
+    hook, sent = answering(lambda command: (1, "", down))
+    with pytest.raises(NpaRemoteError):
+        await hook.acancel_many(requests_for("7", "8"))
+    assert len(sent) == 1
+
+
+async def test_a_batch_that_found_nothing_to_cancel_shreds_once_the_jobs_are_known_ended(monkeypatch):
+    error = "scancel: error: Kill job error on job id 7: Invalid job id specified\n"
+
+    def answer(command):
+        if "scancel" in command:
+            return 1, "", error
+        if command.startswith("squeue"):
+            return 1, "", INVALID_ID
+        return 0, "7|7|COMPLETED|0:0|c1|None|a\n8|8|COMPLETED|0:0|c1|None|b\n", ""
+
+    hook, _ = answering(answer)
+    shredded: list[str] = []
+
+    async def ashred(paths):
+        shredded.extend(paths)
+
+    monkeypatch.setattr(hook, "ashred", ashred)
+    requests = requests_for("7", "8")
+    assert await hook.acancel_many(requests) == {requests[0]: "ended", requests[1]: "ended"}
+    assert shredded == ["/r/sbatch/j7.sbatch.npa-secrets", "/r/sbatch/j8.sbatch.npa-secrets"]
 
 
 async def test_cancel_by_name_names_this_user_and_exactly_this_job_name():

@@ -15,6 +15,7 @@ from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import SlurmJobInfo
 from npa_airflow.slurm.convert_trigger import SqshConvertTrigger, qos_memory_hold_reason
 from npa_airflow.slurm.enroot import QOS_MEM_REASONS
+from npa_airflow.slurm.kill_batch import KillBatch
 from npa_airflow.slurm.poller import PollUpdate, Registration
 from tests.harness.slurm_operator_doubles import sqsh_convert_handle
 
@@ -79,8 +80,13 @@ async def test_a_qos_memory_hold_has_its_own_status_and_is_cancelled_by_the_trig
     reg = Registration(job_id="42", cursors=[], offsets_file=None, interval=2.0, submitted_at=1.0)
     for update in updates:
         reg.queue.put_nowait(update)
+
+    async def acancel_many(requests):
+        return {r: await acancel(r.job_id, marker=r.marker, shred=r.shred) for r in requests}
+
+    hook = SimpleNamespace(acancel=acancel, acancel_many=acancel_many)
     poller = SimpleNamespace(
-        register=lambda *a, **k: reg, unregister=lambda r: None, hook=SimpleNamespace(acancel=acancel)
+        register=lambda *a, **k: reg, unregister=lambda r: None, hook=hook, kills=KillBatch(lambda: hook)
     )
     monkeypatch.setattr("npa_airflow.slurm.triggers.get_poller", lambda conn_id, **_: poller)
     gen = _trigger().run()

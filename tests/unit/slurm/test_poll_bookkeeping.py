@@ -6,10 +6,12 @@ of this mixin is covered in test_poller.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 from npa_airflow.common.ownership import Claim
+from npa_airflow.slurm.kill_batch import KillBatch
 from npa_airflow.slurm.poll_bookkeeping import OffsetBookkeeping, describe_error
 from npa_airflow.slurm.poller import LogCursor, PollerStats, Registration
 from tests.harness.cluster_double import LocalClusterDouble
@@ -178,12 +180,20 @@ async def test_flush_offsets_is_refused_by_a_claim_that_was_superseded(tmp_path)
     assert not Path(reg.offsets_file or "").exists()
 
 
-async def test_read_claim_reads_the_file_afresh(tmp_path):
-    keeper = Keeper([])
+async def test_read_claim_reads_the_file_afresh_and_reads_together_share_one_command(tmp_path):
+    """on_kill's claim read (npa_airflow.slurm.kill_batch): afresh each time, one command for a batch."""
+    double = LocalClusterDouble()
+    kills = KillBatch(lambda: double)
     claim_file = tmp_path / "x.npa-owner-ti"
-    assert await keeper.read_claim(str(claim_file)) is None
+    assert await kills.read_claim(str(claim_file)) is None
     claim = Claim.new(3)
     claim_file.write_text(claim.line() + "\n")
-    assert await keeper.read_claim(str(claim_file)) == claim
+    assert await kills.read_claim(str(claim_file)) == claim
     claim_file.write_text("damaged\n")
-    assert await keeper.read_claim(str(claim_file)) is None
+    assert await kills.read_claim(str(claim_file)) is None
+    others = [tmp_path / f"{i}.npa-owner-ti" for i in range(3)]
+    for i, path in enumerate(others):
+        path.write_text(Claim(i, f"t{i}").line() + "\n")
+    before = len(double.commands)
+    read = await asyncio.gather(*(kills.read_claim(str(p)) for p in others))
+    assert read == [Claim(i, f"t{i}") for i in range(3)] and len(double.commands) == before + 1

@@ -267,6 +267,28 @@ async def test_on_kill_cancels_when_the_task_is_no_longer_deferred(tmp_path, dou
     assert double.states["42"] is JobState.CANCELED
 
 
+async def test_a_dag_run_marked_failed_cancels_all_its_jobs_in_one_batch_of_each_kind(tmp_path, double, supervisor):
+    """The triggerer runs every waiting task's on_kill at once: one task-state request for the mapped task,
+    one claims read, one state query and one scancel batch for all the jobs, each job still decided alone."""
+    supervisor.state, supervisor.map_indexes = "failed", [0, 1, 2]
+    triggers = []
+    for i, job_id in enumerate(["41", "42", "43"]):
+        double.states[job_id] = JobState.PENDING
+        handle = handle_for(tmp_path, job_id, job_name=f"npa-dag-task-abc123456{i}-t1")
+        trigger = run_for_task_instance(make_trigger(handle, double), map_index=i)
+        triggers.append((trigger, await start_watching(trigger, double)))
+    poller = get_poller("slurm_test", lambda _: double)
+    for _, task in triggers:
+        task.cancel()
+    await asyncio.gather(*(trigger.on_kill() for trigger, _ in triggers))
+    assert all(double.states[j] is JobState.CANCELED for j in ("41", "42", "43"))
+    assert sorted(double.cancel_batches[0]) == ["41", "42", "43"] and len(double.cancel_batches) == 1
+    assert poller.kills.claims.calls == 1 and poller.kills.states.calls == 1
+    asked = [m for m in supervisor.asked if type(m).__name__ == "GetTaskStates"]
+    assert len(asked) == 1 and asked[0].map_index is None
+    assert not [m for m in supervisor.asked if type(m).__name__ == "GetXCom"], "a failed task decides alone"
+
+
 async def test_on_kill_leaves_a_still_deferred_task_alone(tmp_path, double, supervisor, monkeypatch, caplog):
     from npa_airflow.common import ownership
 

@@ -1,0 +1,81 @@
+"""Requests that arrive together, answered by one call.
+
+When a DAG run with 1,000 waiting tasks is marked failed, the triggerer cancels 1,000 triggers at once and
+each one's on_kill reads its task instance, its job's claim and state, then cancels the job. Asked one by
+one that is thousands of SSH commands and database reads; through a :class:`Coalescer` the keys that arrive
+within a short gathering pause, or while the previous call is still running, go into one call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+GATHER_SECONDS = 0.05  # a lone request waits this long for company; under load the running call gathers more
+
+
+class Coalescer(Generic[K, V]):
+    """``await get(key)`` -> ``fetch([keys...])[key]`` (None when the answer lacks it), one fetch per batch.
+
+    A failed fetch raises its exception in every caller of that batch. Fetches never overlap: keys that
+    arrive during one wait for it to end and go into the next. The runner starts in a fresh context, so it
+    does not inherit the first caller's context (a trigger's task-log routing).
+    """
+
+    def __init__(self, fetch: Callable[[list[K]], Awaitable[Mapping[K, V]]], gather: float = GATHER_SECONDS) -> None:
+        self._fetch = fetch
+        self._gather = gather
+        self._waiting: dict[K, list[asyncio.Future[V | None]]] = {}
+        self._runner: asyncio.Task[None] | None = None
+        self.calls = 0  # fetches made (tests prove the coalescing by it)
+
+    async def get(self, key: K) -> V | None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[V | None] = loop.create_future()
+        self._waiting.setdefault(key, []).append(future)
+        if self._runner is None or self._runner.done():
+            self._runner = contextvars.Context().run(loop.create_task, self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            await asyncio.sleep(self._gather)
+            while self._waiting:
+                batch, self._waiting = self._waiting, {}
+                self.calls += 1
+                try:
+                    answers = await self._fetch(list(batch))
+                except Exception as exc:
+                    for futures in batch.values():
+                        _settle(futures, exc=exc)
+                    continue
+                except BaseException:  # cancelled mid-fetch
+                    _cancel(batch)
+                    raise
+                for key, futures in batch.items():
+                    _settle(futures, value=answers.get(key))
+        except BaseException:  # the loop is shutting down: nobody may wait forever
+            waiting, self._waiting = self._waiting, {}
+            _cancel(waiting)
+            raise
+
+
+def _cancel(batch: Mapping[K, list[asyncio.Future[V | None]]]) -> None:
+    for futures in batch.values():
+        for future in futures:
+            future.cancel()
+
+
+def _settle(futures: list[asyncio.Future[V | None]], value: V | None = None, exc: BaseException | None = None) -> None:
+    for future in futures:
+        if future.done():  # its caller gave up (cancelled, timed out)
+            continue
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(value)
