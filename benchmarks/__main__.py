@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-after", type=float, default=65.0, help="s after all deferred (triggerer)")
     parser.add_argument("--cancel-wait", type=float, default=60.0, help="how long to wait for cancels (triggerer)")
     parser.add_argument("--anchor-cancel-up-to", type=int, help="largest N of the anchor's cancel run (triggerer)")
+    parser.add_argument("--sides", default="npa,anchor", help="which sides to run (triggerer): npa, anchor")
+    parser.add_argument("--phases", default="wait,cancel", help="which DAG runs per side and N (triggerer)")
     parser.add_argument("--mem-floor-mib", type=int, default=1500, help="stop a side below this MemAvailable")
     parser.add_argument("--airflow-home", default="/var/tmp/npa-airflow-bench", help="triggerer part's AIRFLOW_HOME")
     parser.add_argument("--airflow-port", type=int, default=28290, help="triggerer part's API port")
@@ -106,6 +108,8 @@ def _run_part(part: str, args: argparse.Namespace, env: ClusterEnv | None) -> ob
             mem_floor_mib=args.mem_floor_mib,
             steady_after=args.steady_after,
             anchor_cancel_up_to=args.anchor_cancel_up_to,
+            sides=tuple(x.strip() for x in args.sides.split(",") if x.strip()),
+            phases=tuple(x.strip() for x in args.phases.split(",") if x.strip()),
         )
         dep = triggerer_main.DeploymentOptions(
             home=args.airflow_home,

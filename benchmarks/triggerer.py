@@ -41,6 +41,8 @@ class Options:
     # The anchor's cancel run costs N more task starts and shows the same mechanism at every N (nothing cancels
     # its jobs: SSHRemoteJobTrigger has no on_kill); above this N it is skipped and the table says so.
     anchor_cancel_up_to: int | None = None
+    sides: tuple[str, ...] = ("npa", "anchor")
+    phases: tuple[str, ...] = ("wait", "cancel")  # a rerun of one phase after a change: ("cancel",)
 
     def defer_timeout(self, n: int) -> float:
         return 300.0 + 2.0 * n
@@ -82,11 +84,14 @@ def run_side(bench: Bench, side: str, n: int, opts: Options, bench_dir: Path) ->
     res = SideResult(side=side, n=n)
     started = time.time()
     try:
-        _wait_run(bench, res, opts, bench_dir)
-        if res.stopped is None and side == "anchor" and n > (opts.anchor_cancel_up_to or n):
-            res.cancel_note = f"not measured (--anchor-cancel-up-to {opts.anchor_cancel_up_to})"
-        elif res.stopped is None:
+        if "wait" in opts.phases:
+            _wait_run(bench, res, opts, bench_dir)
             time.sleep(opts.settle)
+        if "cancel" not in opts.phases or res.stopped is not None:
+            pass
+        elif side == "anchor" and n > (opts.anchor_cancel_up_to or n):
+            res.cancel_note = f"not measured (--anchor-cancel-up-to {opts.anchor_cancel_up_to})"
+        else:
             _cancel_run(bench, res, opts, bench_dir)
     finally:
         res.whole = summarize(bench.sampler.samples, started, time.time())
@@ -276,6 +281,6 @@ def warm_up(bench: Bench, opts: Options, bench_dir: Path) -> None:
     """One unmeasured task per side first: the fresh triggerer builds its in-process API on its first trigger,
     and the workers load the DAG file and the providers; no measured run should pay for that."""
     quick = Options(sizes=[1], window=0.0, cancel_wait=opts.cancel_wait, settle=2.0, steady_after=0.0)
-    for side in SIDES:
+    for side in opts.sides:
         _wait_run(bench, SideResult(side=side, n=1), quick, bench_dir)
     time.sleep(opts.settle)

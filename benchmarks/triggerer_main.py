@@ -92,7 +92,7 @@ def _all_sizes(
     progress()
     stopped_at: dict[str, int] = {}
     for n in opts.sizes:
-        for side in SIDES:
+        for side in (s for s in SIDES if s in opts.sides):
             if side in stopped_at:
                 results.append(SideResult(side=side, n=n, stopped=f"not run: stopped short at N={stopped_at[side]}"))
                 continue
