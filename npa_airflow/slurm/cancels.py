@@ -44,7 +44,11 @@ def _unchecked(job_ids: Sequence[str], error_text: str) -> NpaRemoteError:
 
 
 def _scancel_took_it(result: CommandResult) -> bool:
-    return result.returncode == 0 or scancel_nothing_to_cancel(result.error_text)
+    """scancel succeeded, or every complaint it made (one line per job) is that a job had nothing to cancel."""
+    if result.returncode == 0:
+        return True
+    lines = [line for line in result.error_text.splitlines() if line.strip()]
+    return bool(lines) and all(scancel_nothing_to_cancel(line) for line in lines)
 
 
 def _recorded(command: str, marker: str | None) -> str:

@@ -10,8 +10,15 @@ import uuid
 import pytest
 
 from npa_airflow.common.states import JobState
-from npa_airflow.exceptions import NpaConnectionError, NpaHostKeyError, NpaRemoteError, NpaValidationError
+from npa_airflow.exceptions import (
+    NpaCancelFailed,
+    NpaConnectionError,
+    NpaHostKeyError,
+    NpaRemoteError,
+    NpaValidationError,
+)
 from npa_airflow.slurm import ssh
+from npa_airflow.slurm.cancels import CancelRequest
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.staging import StagedFile
@@ -100,6 +107,38 @@ async def test_cancel_and_cancel_again(hook, workdir):
     info = await _wait_terminal(hook, job)
     assert info.state is JobState.CANCELED
     await hook.acancel(job)  # already finished counts as cancelled
+
+
+async def test_many_cancels_in_one_batch_each_with_its_own_answer(hook, workdir):
+    """on_kill of a whole DAG run (kill_batch.py): one scancel for every job, the markers written first, the
+    sidecars shredded; a job that already ended is ENDED and an id nobody knows fails alone."""
+    running = [await _submit(hook, workdir, "sleep 120") for _ in range(3)]
+    done = await _submit(hook, workdir, "true")
+    await _wait_terminal(hook, done)
+    sidecars = [f"{workdir}/{j}.npa-secrets" for j in [*running, done]]
+    await aput_files(hook, [StagedFile(path, b"TOKEN=x\n", 0o600) for path in sidecars])
+    requests = [
+        CancelRequest(job, f"{workdir}/{job}.sbatch.npa-cancelled", (sidecar,))
+        for job, sidecar in zip([*running, done], sidecars, strict=True)
+    ]
+    unknown = CancelRequest("999999")
+    outcomes = await hook.acancel_many([*requests, unknown])
+    assert [outcomes[r] for r in requests] == ["cancelled"] * 3 + ["ended"]
+    assert isinstance(outcomes[unknown], NpaCancelFailed) and "job 999999" in str(outcomes[unknown])
+    for job in running:
+        assert (await _wait_terminal(hook, job)).state is JobState.CANCELED
+    exists = await hook.apaths_exist([*sidecars, *(r.marker or "" for r in requests)])
+    assert [exists[p] for p in sidecars] == [False] * 4
+    assert all(exists[r.marker or ""] for r in requests)
+
+
+async def test_a_script_longer_than_one_argument_runs_through_stdin(hook, workdir):
+    """Linux caps one argument at 128 KiB; the claims read of 1,000 jobs is longer (ssh.SCRIPT_ON_STDIN)."""
+    lines = [f"printf '%s\\n' {i} >/dev/null" for i in range(7000)]
+    script = "; ".join([*lines, "read -r x || echo 'stdin at EOF'", "echo done"])
+    assert len(ssh.login_shell_command(script)) > ssh.MAX_COMMAND_BYTES
+    result = await hook.arun(script)
+    assert result.text == "stdin at EOF\ndone\n"
 
 
 async def test_node_fail_is_seen_as_error(hook, workdir, cluster_admin):

@@ -167,6 +167,25 @@ async def test_a_refusal_in_a_batch_is_told_apart_job_by_job():
     assert sum("scancel" in c for c in sent) == 3  # the batch, then 7 alone, then 8 alone
 
 
+async def test_a_refusal_among_nothing_to_cancel_lines_is_not_taken_for_a_cancel():
+    mixed = (
+        "scancel: error: Kill job error on job id 7: Job/step already completing or completed\n"
+        "scancel: error: Kill job error on job id 8: Access/permission denied\n"
+    )
+
+    def answer(command):
+        if "scancel 7 8" in command:
+            return 1, "", mixed
+        if "scancel" in command:  # one by one: 7 had nothing to cancel, 8 is refused
+            return (1, "", mixed.splitlines()[0]) if "scancel 7" in command else (1, "", mixed.splitlines()[1])
+        return 0, "7|7|COMPLETED|None|c1|a\n8|8|PENDING|None|c1|b\n", ""
+
+    hook, _ = answering(answer)
+    requests = requests_for("7", "8")
+    outcomes = await hook.acancel_many(requests)
+    assert outcomes[requests[0]] == "ended" and isinstance(outcomes[requests[1]], NpaCancelFailed)
+
+
 async def test_an_unanswered_batch_raises_for_all_so_that_each_retries():
     down = "scancel: error: Unable to contact slurm controller (connect failure)\n"
     hook, sent = answering(lambda command: (1, "", down))
