@@ -222,6 +222,38 @@ def test_database_broker_and_scheduler_faults_while_twenty_tasks_wait(prod, api,
     )
 
 
+def test_marking_a_run_of_twenty_waiting_tasks_failed_cancels_every_job(prod, api, cluster_ssh):
+    """The triggerer runs 20 on_kills at once (kill_batch.py batches their reads and cancels): every job of the
+    run ends CANCELLED, none is left queued, and the tasks are failed."""
+    dag_id = "npa_e2e_slurm_many"
+    api.wait_for_dag(dag_id)
+    run_id = api.trigger(dag_id, conf={"seconds": 300})
+
+    def task_instances() -> list[dict]:
+        r = api.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
+        return r.json()["task_instances"]
+
+    poll(
+        lambda: (t := task_instances()) and len(t) == 20 and {x["state"] for x in t} == {"deferred"}, 300, "20 deferred"
+    )
+    prefixes = {
+        api.xcom(dag_id, run_id, TASK_ID, "slurm_job", map_index=ti["map_index"])["job_name"].rsplit("-t", 1)[0]
+        for ti in task_instances()
+    }
+    marked = time.monotonic()
+    api.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", json={"state": "failed"})
+
+    def all_cancelled() -> list | None:
+        jobs = [j for prefix in prefixes for j in jobs_named(cluster_ssh, prefix)]
+        return jobs if len(jobs) == 20 and {state for _, _, state in jobs} == {"CANCELLED"} else None
+
+    jobs = poll(all_cancelled, 120, "all 20 jobs CANCELLED", interval=1)
+    took = time.monotonic() - marked
+    assert len(prefixes) == 20 and len(jobs) == 20
+    assert not {t["state"] for t in task_instances()} & {"deferred", "running", "queued", "scheduled"}
+    print(f"\n[fault] run of 20 waiting tasks marked failed -> 20 jobs CANCELLED within {took:.1f} s")
+
+
 def test_no_job_left_running(cluster_ssh):
     """After the faults: nothing of these DAGs still runs or pends on the cluster."""
     out = cluster_ssh("squeue -h -o '%j %T'", check=True).stdout
