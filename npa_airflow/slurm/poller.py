@@ -117,6 +117,15 @@ class PollUpdate:
     logs_drained: bool = True  # False while a finished job still has unread log bytes
     absent_for: float | None = None  # seconds sacct and squeue have both answered without the job, in a row
 
+    def quiet_signature(self) -> tuple[JobState, SlurmJobInfo] | None:
+        """What this update says when it carries nothing but the job's state (no log bytes, no error, not
+        absent, not ended); None otherwise. A trigger is not woken for a quiet update equal to its last one."""
+        if self.info is None or self.error or self.absent_for is not None or not self.logs_drained:
+            return None
+        if self.state.is_terminal or any(chunk.data for chunk in self.chunks):
+            return None
+        return self.state, self.info
+
 
 @dataclass(eq=False)
 class Registration:
@@ -140,6 +149,7 @@ class Registration:
     claim_file: str | None = None
     claimed: bool = False  # the claim has been written to claim_file
     superseded_by: Claim | None = None  # another trigger's claim found in claim_file: publish nothing more
+    last_quiet: tuple[JobState, SlurmJobInfo] | None = None  # the last quiet update published (see PollUpdate)
     shred_on_end: tuple[str, ...] = ()  # the job's secret files: removed once it has ended for good
     shredded: bool = False
     shred_attempts: int = 0
@@ -193,6 +203,7 @@ class PollerStats:
     offset_commits: int = 0
     failures: int = 0
     files_shredded: int = 0
+    updates_withheld: int = 0  # quiet updates equal to the trigger's last one: not published
     max_jobs_per_query: int = 0
     last_query_job_ids: tuple[str, ...] = ()
 
@@ -427,10 +438,16 @@ class SlurmPoller(OffsetBookkeeping):
         )
 
     def _publish(self, reg: Registration, update: PollUpdate) -> None:
-        if reg in self._registrations:  # unregistered mid-cycle: drop
-            if any(chunk.data for chunk in update.chunks):
-                reg.delivered_cycle = update.cycle
-            reg.queue.put_nowait(update)
+        if reg not in self._registrations:  # unregistered mid-cycle: drop
+            return
+        if any(chunk.data for chunk in update.chunks):
+            reg.delivered_cycle = update.cycle
+        quiet = update.quiet_signature()
+        if quiet is not None and quiet == reg.last_quiet:
+            self.stats.updates_withheld += 1
+            return  # nothing new for this trigger: do not wake it (1,000 waiting jobs, 1,000 wake-ups a cycle)
+        reg.last_quiet = quiet
+        reg.queue.put_nowait(update)
 
     async def _tail(
         self, regs: Sequence[Registration], shredding: Sequence[Registration] = ()

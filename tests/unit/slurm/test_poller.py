@@ -53,9 +53,34 @@ async def test_n_registrations_make_one_state_query_per_cycle(double):
     assert poller.stats.max_jobs_per_query == 50
     for i, reg in enumerate(regs):
         updates = drain(reg)
-        assert [u.cycle for u in updates] == [1, 2, 3]
+        assert [u.cycle for u in updates] == [1]  # cycles 2 and 3 had nothing new: the trigger was not woken
         assert updates[-1].state is (JobState.RUNNING if i % 2 else JobState.PENDING)
+    assert poller.stats.updates_withheld == 100
     assert double.commands == []  # nothing started writing logs: no tail command at all
+
+
+async def test_a_trigger_is_woken_only_when_its_update_says_something_new(double):
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    reg = poller.register("7")
+    double.states["7"], double.reasons["7"] = JobState.PENDING, "Priority"
+    await poller.cycle()
+    await poller.cycle()
+    double.reasons["7"] = "Resources"  # a new pending reason is news
+    await poller.cycle()
+    double.fail_states = 1  # an error always is, and so is the quiet state after it
+    await poller.cycle()
+    await poller.cycle()
+    double.states["7"] = JobState.RUNNING
+    await poller.cycle()
+    await poller.cycle()
+    seen = [(u.cycle, u.state.value, u.info.reason if u.info else None, bool(u.error)) for u in drain(reg)]
+    assert seen == [
+        (1, "PENDING", "Priority", False),
+        (3, "PENDING", "Resources", False),
+        (4, "UNKNOWN", None, True),
+        (5, "PENDING", "Resources", False),
+        (6, "RUNNING", "Resources", False),  # the double keeps the reason
+    ]
 
 
 async def test_two_triggers_on_one_job_share_the_query_and_both_get_updates(double):
