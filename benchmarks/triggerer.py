@@ -42,7 +42,8 @@ class Options:
     # its jobs: SSHRemoteJobTrigger has no on_kill); above this N it is skipped and the table says so.
     anchor_cancel_up_to: int | None = None
     sides: tuple[str, ...] = ("npa", "anchor")
-    phases: tuple[str, ...] = ("wait", "cancel")  # a rerun of one phase after a change: ("cancel",)
+    # A rerun after a change: ("steady", "cancel") takes the steady window in the cancel run, no wait run.
+    phases: tuple[str, ...] = ("wait", "cancel")
 
     def defer_timeout(self, n: int) -> float:
         return 300.0 + 2.0 * n
@@ -227,12 +228,14 @@ def _ok(times: RunTimes, i: int) -> bool:
 
 def _cancel_run(bench: Bench, res: SideResult, opts: Options, bench_dir: Path) -> None:
     tag = _tag(res.side, res.n, "cancel")
-    run_id, _, verdict = _deferral(bench, res, opts, bench_dir, tag)
+    run_id, times, verdict = _deferral(bench, res, opts, bench_dir, tag)
     names = job_names(res.side, run_id, tag, res.n)
     if verdict != "ok":
         res.cancel_note = f"not measured: {verdict}"
         _clean_up(bench, run_id, names)
         return
+    if "wait" not in opts.phases and "steady" in opts.phases:  # a rerun: the steady window before the cancel
+        _steady_window(bench, res, opts, deferred_at=times.all_deferred_at(res.n))
     ids = bench.job_ids(names)
     log(f"{res.side} N={res.n}: marking the DAG run failed ({len(ids)} jobs queued)")
     marked = time.time()
