@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.ownership import Claim
 from npa_airflow.common.retry import Backoff, apause
 from npa_airflow.common.states import JobState
@@ -233,6 +234,8 @@ class SlurmPoller(OffsetBookkeeping):
         self._consecutive_failures = 0
         self.stats = PollerStats()
         self.kills = KillBatch(lambda: self.hook)  # on_kill's reads and cancels, batched across triggers
+        # Success-marker checks of the jobs that ended in one cycle (a wave of them): one command for all.
+        self.path_checks: Coalescer[str, bool] = Coalescer(lambda paths: self.hook.apaths_exist(paths))
 
     # -- registration ------------------------------------------------------------------------------------
 

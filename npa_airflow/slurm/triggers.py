@@ -391,7 +391,7 @@ class SlurmJobTrigger(BaseTrigger):
 
     async def _marker_exists(self, marker: str) -> bool | None:
         """True/False, or None when the deadline passed before the cluster could answer."""
-        hook = self._poller().hook
+        checks = self._poller().path_checks  # one command for every job that ended in the same cycle
 
         def retry_before_deadline(exc: BaseException) -> bool:
             self.log.warning("Could not check success marker %s (%s); retrying", marker, exc)
@@ -400,7 +400,7 @@ class SlurmJobTrigger(BaseTrigger):
         try:
             return bool(
                 await aretry(
-                    lambda: hook.apath_exists(marker),
+                    lambda: checks.get(marker),
                     transient=retry_before_deadline,
                     backoff=MARKER_CHECK_BACKOFF,
                     budget=Budget(),

@@ -51,6 +51,7 @@ class LocalClusterDouble:
         self.shredded: list[str] = []  # files removed through acancel/ashred (the poller shreds through arun)
         self.absent: set[str] = set()  # ids both sacct and squeue answer they do not know
         self.cancel_batches: list[list[str]] = []  # job ids of each acancel_many call
+        self.path_checks: list[list[str]] = []  # paths of each apaths_exist call
 
     async def ajob_states(self, job_ids):
         self.state_calls.append(list(job_ids))
@@ -74,7 +75,11 @@ class LocalClusterDouble:
         return CommandResult(stdout=out, stderr=err, returncode=proc.returncode, host="local")
 
     async def apath_exists(self, path):
-        return Path(path).exists()
+        return (await self.apaths_exist([path]))[path]
+
+    async def apaths_exist(self, paths):
+        self.path_checks.append(list(paths))
+        return {path: Path(path).exists() for path in paths}
 
     async def acancel(self, job_id, *, marker=None, shred=()):
         self.states[job_id] = JobState.CANCELED

@@ -188,6 +188,20 @@ async def test_required_marker(tmp_path, double):
     assert found.payload["status"] == "success"
 
 
+async def test_jobs_that_end_in_the_same_cycle_share_one_success_marker_check(tmp_path, double):
+    get_poller("slurm_test", lambda _: double)
+    triggers = []
+    for job_id in ("41", "42", "43"):
+        handle = handle_for(tmp_path, job_id, results_dir=str(tmp_path / f"results-{job_id}"))
+        Path(handle["results_dir"]).mkdir()
+        Path(handle["results_dir"], "status.json").write_text("{}")
+        double.states[job_id] = JobState.COMPLETE
+        triggers.append(make_trigger(handle, double, require_marker="status.json"))
+    events = await asyncio.gather(*(first_event(t, double) for t in triggers))
+    assert [e.payload["status"] for e in events] == ["success"] * 3
+    assert [len(paths) for paths in double.path_checks] == [3]
+
+
 async def test_unknown_state_waits_until_the_deadline(tmp_path, double):
     double.fail_states = 10**6  # the cluster never answers
     trigger = make_trigger(handle_for(tmp_path), double, deadline=time.time() + 0.5)
