@@ -59,18 +59,23 @@ def _handles(task_instance: Any) -> dict[str, Any]:
 
 def cancel_slurm_job(handle: dict[str, Any]) -> None:
     """scancel the job (recording that Airflow did, so clearing the task later runs it again), retried while the
-    cluster does not answer; a cancel that did not happen raises (and is logged as a failure)."""
+    cluster does not answer; a cancel that did not happen raises (and is logged as a failure).
+
+    Marking a DAG run of 1,000 waiting tasks failed starts 1,000 of these threads at once: their cancels meet on
+    the process's one background loop and go out in one scancel per cluster (`npa_airflow.slurm.kill_batch`).
+    """
+    from npa_airflow.common.background_loop import run_sync
     from npa_airflow.common.retry import Backoff, Budget, retry
     from npa_airflow.exceptions import cluster_did_not_answer
+    from npa_airflow.slurm.cancels import CancelRequest
     from npa_airflow.slurm.commands import cancel_marker_for
     from npa_airflow.slurm.handle import SlurmJobHandle
-    from npa_airflow.slurm.hook import SlurmHook
 
     job = SlurmJobHandle.from_dict(handle)
-    hook = SlurmHook(slurm_conn_id=job.conn_id).on_cluster(job.cluster)
     marker = cancel_marker_for(job.script_path) if job.script_path else None
+    request = CancelRequest(job.job_id, marker, tuple(job.secret_files))
     outcome = retry(
-        lambda: hook.cancel(job.job_id, marker=marker, shred=job.secret_files),
+        lambda: run_sync(_cancel_in_batch(job.conn_id, job.cluster, request)),
         transient=cluster_did_not_answer,
         backoff=Backoff(base=2.0, cap=15.0, jitter=0.5),
         budget=Budget(seconds=CANCEL_TIMEOUT),
@@ -79,6 +84,12 @@ def cancel_slurm_job(handle: dict[str, Any]) -> None:
         log.info("Slurm job %s (%s) had already ended: nothing to cancel", job.job_id, job.job_name)
     else:
         log.info("Cancelled Slurm job %s (%s): its task instance was ended by a user", job.job_id, job.job_name)
+
+
+async def _cancel_in_batch(conn_id: str, cluster: str | None, request: Any) -> str:
+    from npa_airflow.slurm.poller import get_poller
+
+    return await get_poller(conn_id, cluster=cluster).kills.cancel(request)
 
 
 def cancel_burst_job(handle: dict[str, Any]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import types
 
 import pytest
@@ -55,18 +57,42 @@ def test_a_slurm_cancel_records_that_airflow_made_it_and_reports_what_happened(m
     from npa_airflow.slurm.hook import SlurmHook
 
     calls = []
-    monkeypatch.setattr(
-        SlurmHook,
-        "cancel",
-        lambda self, job_id, marker=None, shred=(): calls.append((self.cluster, job_id, marker, shred)) or "ended",
-    )
-    handle = {
-        "conn_id": "slurm_default", "cluster": "b", "job_id": "7", "job_name": "npa-x-0123456789-t1",
-        "login_host": "h:22", "results_dir": "/r/x", "stdout_path": "/r/x.out", "stderr_path": "/r/x.err",
-        "try_number": 1, "script_path": "/r/sbatch/npa-x-0123456789-t1.sbatch", "env_file": "/r/x/.npa-secrets.env",
-    }  # fmt: skip
+
+    async def acancel_many(self, requests):
+        calls.extend((self.cluster, r.job_id, r.marker, r.shred) for r in requests)
+        return dict.fromkeys(requests, "ended")
+
+    monkeypatch.setattr(SlurmHook, "acancel_many", acancel_many)
     with caplog.at_level("INFO", logger=plugin.__name__):
-        plugin.cancel_slurm_job(handle)
+        plugin.cancel_slurm_job(_handle("7"))
     marker = "/r/sbatch/npa-x-0123456789-t1.sbatch.npa-cancelled"
     assert calls == [("b", "7", marker, ("/r/x/.npa-secrets.env",))]  # on the job's cluster, its sidecar shredded
     assert "had already ended: nothing to cancel" in caplog.text and "Cancelled" not in caplog.text
+
+
+def test_a_run_of_many_tasks_marked_failed_cancels_their_jobs_in_a_few_batches(monkeypatch):
+    """Airflow calls the listener once per task instance; the threads' cancels share scancel round trips."""
+    from npa_airflow.slurm.hook import SlurmHook
+
+    batches = []
+
+    async def acancel_many(self, requests):
+        batches.append(len(requests))
+        await asyncio.sleep(0.05)  # a round trip
+        return dict.fromkeys(requests, "cancelled")
+
+    monkeypatch.setattr(SlurmHook, "acancel_many", acancel_many)
+    threads = [threading.Thread(target=plugin.cancel_slurm_job, args=(_handle(str(100 + i)),)) for i in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sum(batches) == 40 and len(batches) <= 4, batches
+
+
+def _handle(job_id: str) -> dict:
+    return {
+        "conn_id": "slurm_default", "cluster": "b", "job_id": job_id, "job_name": "npa-x-0123456789-t1",
+        "login_host": "h:22", "results_dir": "/r/x", "stdout_path": "/r/x.out", "stderr_path": "/r/x.err",
+        "try_number": 1, "script_path": "/r/sbatch/npa-x-0123456789-t1.sbatch", "env_file": "/r/x/.npa-secrets.env",
+    }  # fmt: skip
