@@ -245,7 +245,8 @@ def test_marking_a_run_of_twenty_waiting_tasks_failed_cancels_every_job(prod, ap
 
     def all_cancelled() -> list | None:
         jobs = [j for prefix in prefixes for j in jobs_named(cluster_ssh, prefix)]
-        return jobs if len(jobs) == 20 and {state for _, _, state in jobs} == {"CANCELLED"} else None
+        states = {state.split()[0] for _, _, state in jobs if state}  # sacct: "CANCELLED by <uid>"
+        return jobs if len(jobs) == 20 and states == {"CANCELLED"} else None
 
     jobs = poll(all_cancelled, 120, "all 20 jobs CANCELLED", interval=1)
     took = time.monotonic() - marked
