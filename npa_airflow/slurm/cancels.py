@@ -51,9 +51,10 @@ def _scancel_took_it(result: CommandResult) -> bool:
     return bool(lines) and all(scancel_nothing_to_cancel(line) for line in lines)
 
 
-def _recorded(command: str, marker: str | None) -> str:
-    """``command`` (shell), preceded by the creation of Airflow's cancel marker when there is one."""
-    return f"{commands.build_record_cancel(marker)}; {command}" if marker else command
+def _recorded(command: str, *markers: str | None) -> str:
+    """``command`` (shell), preceded by the creation of Airflow's cancel markers (those given)."""
+    records = [commands.build_record_cancel(marker) for marker in markers if marker]
+    return "; ".join([*records, command])
 
 
 def _raise_for_scancel(result: CommandResult, what: str) -> None:
@@ -101,9 +102,8 @@ class CancelCommands:
         cluster = await self.atarget_cluster()
         ids = list(dict.fromkeys(r.job_id for r in requests))
         shred = [path for r in requests for path in r.shred]
-        markers = "; ".join(commands.build_record_cancel(r.marker) for r in requests if r.marker)
-        command = commands.build_cancel_and_shred(ids, shred, cluster)
-        result = await self.arun(f"{markers}; {command}" if markers else command, check=False)
+        command = _recorded(commands.build_cancel_and_shred(ids, shred, cluster), *(r.marker for r in requests))
+        result = await self.arun(command, check=False)
         if len(requests) > 1 and not _scancel_took_it(result):
             if result.returncode is None or slurmctld_unreachable(result.error_text):
                 _raise_for_scancel(result, f"of {len(ids)} jobs")

@@ -115,12 +115,12 @@ def build_cancel(*job_ids: str, cluster: str | None = None) -> list[str]:
     return ["scancel", *cluster_args(cluster), *dict.fromkeys(validate_job_id(j) for j in job_ids)]
 
 
-def build_cancel_and_shred(job_ids: str | Sequence[str], shred: Sequence[str], cluster: str | None = None) -> str:
+def build_cancel_and_shred(job_ids: Sequence[str], shred: Sequence[str], cluster: str | None = None) -> str:
     """scancel, then, only when scancel succeeded, shred the jobs' secret files; exits with scancel's status.
 
     A cancelled job never runs again, so its secrets sidecar can go in the same round trip.
     """
-    cancel = shlex.join(build_cancel(*([job_ids] if isinstance(job_ids, str) else job_ids), cluster=cluster))
+    cancel = shlex.join(build_cancel(*job_ids, cluster=cluster))
     if not shred:
         return cancel
     return f"{cancel} || exit $?; {build_shred_files(shred)}"

@@ -164,12 +164,12 @@ def test_cancel_and_shred_shreds_only_after_scancel_succeeded(tmp_path, scancel_
     (bindir / "scancel").write_text(f'#!/bin/bash\necho "scancel $*" >&2\nexit {scancel_rc}\n')
     (bindir / "scancel").chmod(0o755)
     sidecar = sidecar_in(tmp_path)
-    command = c.build_cancel_and_shred("42", [str(sidecar)], cluster="west")
+    command = c.build_cancel_and_shred(["42"], [str(sidecar)], cluster="west")
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == scancel_rc and proc.stderr == "scancel -M west 42\n"
     assert sidecar.exists() is kept
-    assert c.build_cancel_and_shred("42", []) == "scancel 42"
+    assert c.build_cancel_and_shred(["42"], []) == "scancel 42"
 
 
 # -- the poller ---------------------------------------------------------------------------------------------
