@@ -32,12 +32,19 @@ class SupervisorDouble:
         raise NotImplementedError(kind)
 
 
-def install_supervisor(monkeypatch: Any, state: str | None) -> SupervisorDouble:
-    """Stand in for the triggerer's supervisor: the task instance's state reads as `state`."""
+def install_supervisor(monkeypatch: Any, state: str | None, warmed: bool = True) -> SupervisorDouble:
+    """Stand in for the triggerer's supervisor: the task instance's state reads as `state`.
+
+    `warmed`: the process already made its one warm-up read (ownership.warm_task_reads), so what the double
+    is asked is what on_kill asked, whichever test ran first in the process.
+    """
     from airflow.sdk.execution_time import task_runner
+
+    from npa_airflow.common import ownership
 
     double = SupervisorDouble(state)
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", double, raising=False)
+    monkeypatch.setattr(ownership, "_warm_up", ["warmed by an earlier trigger"] if warmed else [])
     return double
 
 

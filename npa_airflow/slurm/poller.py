@@ -315,6 +315,7 @@ class SlurmPoller(OffsetBookkeeping):
                 continue
             idle_since = None
             started = time.monotonic()
+            self._wake.clear()  # cleared before the cycle: a registration made during it still wakes the next one
             try:
                 await self.cycle()
                 await self.persist_delivered()
@@ -323,7 +324,6 @@ class SlurmPoller(OffsetBookkeeping):
             except Exception:  # a bug in one cycle must not stop polling for every trigger
                 log.exception("Slurm poller cycle failed for connection %s (cluster %s)", self.conn_id, self.cluster)
             delay = self._next_delay()
-            self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
                 # A new registration arrived: poll soon, but never more often than the floor.

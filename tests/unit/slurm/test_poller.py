@@ -7,6 +7,7 @@ from a dict the test sets, while every shell command the poller builds runs for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -284,3 +285,28 @@ async def test_absence_counts_only_unbroken_answers_without_the_job(double):
     await poller.cycle()
     (seen,) = drain(reg)
     assert seen.absent_for is None and seen.state is JobState.RUNNING
+
+
+async def test_a_registration_made_during_a_cycle_is_polled_next_cycle_not_an_interval_later(double, monkeypatch):
+    monkeypatch.setattr(poller_mod, "FLOOR_SECONDS", 0.01)
+    monkeypatch.setattr(poller_mod, "IDLE_STOP_SECONDS", 0.05)
+    double.states.update({"1": JobState.RUNNING, "2": JobState.RUNNING})
+    in_cycle, go_on = asyncio.Event(), asyncio.Event()
+    answer = double.ajob_states
+
+    async def slow_states(job_ids):
+        in_cycle.set()
+        await go_on.wait()
+        return await answer(job_ids)
+
+    double.ajob_states = slow_states
+    poller = get_poller("c1", lambda _: double)
+    poller.register("1", interval=60)
+    await asyncio.wait_for(in_cycle.wait(), 5)
+    second = poller.register("2", interval=60)  # arrives while the first cycle's query is out
+    go_on.set()
+    update = await asyncio.wait_for(second.queue.get(), 5)  # not 60 s later
+    assert update.state is JobState.RUNNING and poller.stats.cycles == 2
+    poller._task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await poller._task

@@ -317,6 +317,28 @@ async def test_on_kill_leaves_a_still_deferred_task_alone(tmp_path, double, supe
     assert any("undecided" in r.getMessage() for r in caplog.records)
 
 
+async def test_the_first_trigger_of_a_process_reads_the_task_state_once_in_the_background(
+    tmp_path, double, monkeypatch
+):
+    """Airflow 3.3.2 builds the triggerer's execution API on its first request (seconds): the first trigger pays
+    that with one background read, so on_kill's reads later are quick; later triggers make none."""
+    supervisor = install_supervisor(monkeypatch, "deferred", warmed=False)
+    double.states["42"] = JobState.RUNNING
+    first = for_task_instance(make_trigger(handle_for(tmp_path), double))
+    first_task = await start_watching(first, double)
+    for _ in range(500):
+        if supervisor.asked:
+            break
+        await asyncio.sleep(0.01)
+    second = for_task_instance(make_trigger(handle_for(tmp_path, job_id="43"), double))
+    double.states["43"] = JobState.RUNNING
+    second_task = await start_watching(second, double)
+    await asyncio.sleep(0.2)
+    assert [type(m).__name__ for m in supervisor.asked] == ["GetTaskStates"]
+    first_task.cancel()
+    second_task.cancel()
+
+
 async def test_a_moved_trigger_stands_down_and_never_cancels(tmp_path, double, supervisor, caplog):
     """The holder stalls, another triggerer starts the same trigger (same try): the first one writes nothing
     more, fires nothing and its on_kill cancels nothing, even once the task has ended."""
