@@ -8,6 +8,7 @@ each component's job after the component).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -20,8 +21,10 @@ from tests.e2e.slurm_runs import DAG_ID, TASK_ID, start_job, ticks, wait_for_tic
 
 pytestmark = pytest.mark.e2e
 
-STALL_RUNS = 5
-MARK_RUNS = 10
+# Repetitions: CI's defaults (each triggerer holds a stalled task once; marks 3 times); docs/reliability.md's
+# figures come from NPA_STALL_RUNS=5 NPA_MARK_RUNS=10.
+STALL_RUNS = int(os.environ.get("NPA_STALL_RUNS", "2"))
+MARK_RUNS = int(os.environ.get("NPA_MARK_RUNS", "3"))
 
 
 @pytest.fixture(scope="module")
