@@ -509,7 +509,7 @@ class SlurmJobTrigger(BaseTrigger):
         if info is not None and info.state.is_terminal:
             self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
             try:
-                await poller.hook.ashred(self.secret_files())
+                await poller.kills.shred(self.secret_files())
             except Exception as exc:  # best effort, like the cancel itself
                 module_log.warning("Could not remove the secret files of Slurm job %s (%s)", self.job_id, exc)
             return

@@ -49,6 +49,7 @@ class LocalClusterDouble:
         self.fail_states = 0  # next N ajob_states calls raise ConnectionError
         self.fail_commands = 0
         self.shredded: list[str] = []  # files removed through acancel/ashred (the poller shreds through arun)
+        self.shred_calls: list[list[str]] = []  # the paths of each ashred call
         self.absent: set[str] = set()  # ids both sacct and squeue answer they do not know
         self.cancel_batches: list[list[str]] = []  # job ids of each acancel_many call
         self.path_checks: list[list[str]] = []  # paths of each apaths_exist call
@@ -96,6 +97,7 @@ class LocalClusterDouble:
         return outcomes
 
     async def ashred(self, paths):
+        self.shred_calls.append(list(paths))
         self.shredded.extend(paths)
         for path in paths:
             Path(path).unlink(missing_ok=True)

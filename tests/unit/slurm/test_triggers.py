@@ -303,6 +303,31 @@ async def test_a_dag_run_marked_failed_cancels_all_its_jobs_in_one_batch_of_each
     assert not [m for m in supervisor.asked if type(m).__name__ == "GetXCom"], "a failed task decides alone"
 
 
+async def test_jobs_the_listener_already_cancelled_have_their_sidecars_shredded_in_one_command(
+    tmp_path, double, supervisor
+):
+    """The API server's listener cancelled the run's jobs first: each on_kill finds its job ended and removes
+    its secrets sidecar; the removals of the triggers that meet share one command."""
+    supervisor.state, supervisor.map_indexes = "failed", [0, 1, 2]
+    triggers, sidecars = [], []
+    for i, job_id in enumerate(["41", "42", "43"]):
+        double.states[job_id] = JobState.RUNNING
+        sidecar = tmp_path / f"job-{job_id}.env"
+        sidecar.write_text("export HF_TOKEN=x\n")
+        sidecars.append(str(sidecar))
+        handle = handle_for(tmp_path, job_id, job_name=f"npa-dag-task-abc123456{i}-t1", env_file=str(sidecar))
+        trigger = run_for_task_instance(make_trigger(handle, double), map_index=i)
+        triggers.append((trigger, await start_watching(trigger, double)))
+    for _, task in triggers:
+        task.cancel()
+    for job_id in ("41", "42", "43"):
+        double.states[job_id] = JobState.CANCELED  # the listener's batch
+    await asyncio.gather(*(trigger.on_kill() for trigger, _ in triggers))
+    assert double.cancel_batches == [], "nothing left to cancel"
+    assert len(double.shred_calls) == 1 and sorted(double.shred_calls[0]) == sorted(sidecars)
+    assert not any(Path(p).exists() for p in sidecars)
+
+
 async def test_on_kill_leaves_a_still_deferred_task_alone(tmp_path, double, supervisor, monkeypatch, caplog):
     from npa_airflow.common import ownership
 
