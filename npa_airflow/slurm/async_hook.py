@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import asyncssh
@@ -17,10 +17,12 @@ import asyncssh
 from npa_airflow.common.configured_hook import ConfiguredHook
 from npa_airflow.common.remote_errors import sbatch_outcome_unknown, squeue_job_id_unknown
 from npa_airflow.common.retry import Backoff, Budget, aretry
+from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm import commands
 from npa_airflow.slurm.cancels import CancelCommands
 from npa_airflow.slurm.connection import SlurmConnectionConfig
+from npa_airflow.slurm.end_records import ended_before_accounting, split_end_records, with_end_records
 from npa_airflow.slurm.ssh import (
     CONNECTION_ERRORS,
     MAX_CHANNELS_PER_CONNECTION,
@@ -328,20 +330,32 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         ended in a state Slurm requeues from (NODE_FAIL: the same job may be PENDING again)."""
         return (await self.aquery_jobs(job_ids)).states
 
-    async def aquery_jobs(self, job_ids: Sequence[str]) -> commands.JobQuery:
+    async def aquery_jobs(
+        self, job_ids: Sequence[str], end_records: Mapping[str, str] | None = None
+    ) -> commands.JobQuery:
         """Like :meth:`ajob_states`, and which ids are certainly absent: both sacct and squeue answered without them.
 
         With sacct unanswered (slurmdbd down), a job missing from squeue may simply have ended: not absent.
+        `end_records` ({job id: path} of jobs last seen running) are looked for in the sacct command; a job whose
+        record exists while sacct says it runs joins the squeue, which settles it as COMPLETED before accounting
+        does (npa_airflow.slurm.end_records). Still at most one sacct and one squeue.
         """
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return commands.JobQuery({})
         cluster = await self.atarget_cluster()
         found: dict[str, commands.SlurmJobInfo] = {}
-        sacct = await self.arun(commands.build_sacct_states(ids, cluster), check=False)
+        records = {i: p for i, p in (end_records or {}).items() if i in ids and p}
+        sacct_argv = commands.build_sacct_states(ids, cluster)
+        command = with_end_records(sacct_argv, list(records.values())) if records else sacct_argv
+        sacct = await self.arun(command, check=False)
+        seen, sacct_text = split_end_records(sacct.text, list(records.values())) if records else ({}, sacct.text)
         if sacct.returncode == 0:
-            found.update(commands.parse_sacct(sacct.text))
-        asked = [i for i in ids if i not in found or commands.may_run_again(found[i])]
+            found.update(commands.parse_sacct(sacct_text))
+        running = {i for i, info in found.items() if info.state is JobState.RUNNING}
+        ending = [i for i, path in records.items() if seen.get(path) and i in running]
+        early: dict[str, commands.SlurmJobInfo] = {}
+        asked = [i for i in ids if i not in found or commands.may_run_again(found[i]) or i in ending]
         squeue_answered = True
         if asked:
             squeue = await self.arun(commands.build_squeue_states(asked, cluster), check=False)
@@ -357,10 +371,16 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
                 )
             else:
                 squeue_answered = False
-            found = commands.merge_live_states(found, live, asked)
+            early = ended_before_accounting(found, live or {}, ending)
+            found = {**commands.merge_live_states(found, live, asked), **early}
         states = {i: found[i] for i in ids if i in found}
         answered = sacct.returncode == 0 and squeue_answered
-        return commands.JobQuery(states, frozenset(i for i in ids if i not in states) if answered else frozenset())
+        return commands.JobQuery(
+            states,
+            frozenset(i for i in ids if i not in states) if answered else frozenset(),
+            end_records_checked=frozenset(ending),
+            ended_before_accounting=frozenset(early),
+        )
 
     async def asubmit_time(self, job_id: str) -> float | None:
         """When ``job_id`` was submitted (epoch seconds, Slurm's own record), or None if neither tool says."""

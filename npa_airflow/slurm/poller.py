@@ -1,10 +1,11 @@
 """One batched poll per cluster for every waiting Slurm job in this process.
 
 Triggers register a job (and its log files) with the poller of their cluster and await updates. Each cycle
-issues ONE state query (`SlurmHook.aquery_jobs`: one sacct, at most one squeue fallback) for all registered
-jobs, and ONE remote command that tails all their log files from their byte offsets. The same command
-persists the offsets the triggers have already written to the task log in a small file next to the job's
-stdout (`<stdout>.npa-offsets`), so a restarted triggerer resumes the log where it stopped at no extra cost.
+issues ONE state query (`SlurmHook.aquery_jobs`: one sacct, at most one squeue for the jobs sacct cannot
+settle, those whose end record appeared while accounting lags among them) for all registered jobs, and ONE
+remote command that tails all their log files from their byte offsets. The same command persists the offsets
+the triggers have already written to the task log in a small file next to the job's stdout
+(`<stdout>.npa-offsets`), so a restarted triggerer resumes the log where it stopped at no extra cost.
 
 Pollers are keyed by (event loop, connection id, cluster): a triggerer has one per cluster, the one its jobs'
 handles record (sbatch's "id;cluster"), and each queries its jobs with that cluster's -M; `dag.test()` (a new
@@ -34,6 +35,7 @@ from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.ownership import Claim
 from npa_airflow.common.retry import Backoff, apause
 from npa_airflow.common.states import JobState
+from npa_airflow.slurm.end_records import MAX_END_CONFIRMATIONS
 from npa_airflow.slurm.kill_batch import KillBatch
 from npa_airflow.slurm.offsets import (
     CLAIM_SUFFIX,
@@ -154,6 +156,14 @@ class Registration:
     shred_on_end: tuple[str, ...] = ()  # the job's secret files: removed once it has ended for good
     shredded: bool = False
     shred_attempts: int = 0
+    end_record: str | None = None  # the file the job's script writes last (npa_airflow.slurm.end_records)
+    end_confirmations: int = 0  # squeue asks made because the end record existed while sacct said RUNNING
+
+    @property
+    def watched_end_record(self) -> str | None:
+        """The end record to look for in the next state query: while the job runs, for a few asks at most."""
+        running = self.state is JobState.RUNNING and self.end_confirmations < MAX_END_CONFIRMATIONS
+        return self.end_record if running else None
 
     @property
     def superseded(self) -> bool:
@@ -205,6 +215,8 @@ class PollerStats:
     failures: int = 0
     files_shredded: int = 0
     updates_withheld: int = 0  # quiet updates equal to the trigger's last one: not published
+    end_confirmations: int = 0  # jobs asked to squeue because their end record existed while sacct said RUNNING
+    ended_before_accounting: int = 0  # of those, jobs squeue settled as COMPLETED
     max_jobs_per_query: int = 0
     last_query_job_ids: tuple[str, ...] = ()
 
@@ -260,10 +272,12 @@ class SlurmPoller(OffsetBookkeeping):
         claim: Claim | None = None,
         claim_file: str | None = None,
         shred_on_end: Sequence[str] = (),
+        end_record: str | None = None,
     ) -> Registration:
         """Watch `job_id`; tail each (path, offset). With `offsets_file`, resume from its persisted offsets;
         with `claim` and `claim_file`, claim the job for this trigger (see the module docstring); `shred_on_end`
-        files are shredded in the first command after the job is seen ended."""
+        files are shredded in the first command after the job is seen ended; `end_record`, the file the job's
+        script writes last, lets its end be seen before accounting has it (npa_airflow.slurm.end_records)."""
         cursors: list[LogCursor] = []
         for path, offset in log_offsets:
             if path and all(c.path != path for c in cursors):
@@ -278,6 +292,7 @@ class SlurmPoller(OffsetBookkeeping):
             claim=claim if claim_file else None,
             claim_file=claim_file if claim else None,
             shred_on_end=tuple(shred_on_end),
+            end_record=end_record,
         )
         self._registrations.append(reg)
         if self.autostart:
@@ -369,8 +384,9 @@ class SlurmPoller(OffsetBookkeeping):
         self.stats.state_queries += 1
         self.stats.max_jobs_per_query = max(self.stats.max_jobs_per_query, len(job_ids))
         self.stats.last_query_job_ids = tuple(job_ids)
+        end_records = {r.job_id: path for r in regs if (path := r.watched_end_record)}
         try:
-            query: JobQuery = await self.hook.aquery_jobs(job_ids)
+            query: JobQuery = await self.hook.aquery_jobs(job_ids, end_records=end_records)
         except Exception as exc:
             self._consecutive_failures += 1
             self.stats.failures += 1
@@ -380,6 +396,11 @@ class SlurmPoller(OffsetBookkeeping):
                 self._publish(reg, PollUpdate(cycle=cycle_no, state=JobState.UNKNOWN, info=None, error=message))
             return None
         self._consecutive_failures = 0
+        for reg in regs:
+            if reg.job_id in query.end_records_checked:
+                reg.end_confirmations += 1
+        self.stats.end_confirmations += len(query.end_records_checked)
+        self.stats.ended_before_accounting += len(query.ended_before_accounting)
         return query
 
     @staticmethod

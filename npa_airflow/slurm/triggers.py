@@ -31,6 +31,7 @@ from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
 from npa_airflow.exceptions import cluster_did_not_answer
 from npa_airflow.slurm.cancels import CancelRequest
+from npa_airflow.slurm.end_records import end_record_for
 from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.log_lines import LineSplitter
@@ -223,6 +224,7 @@ class SlurmJobTrigger(BaseTrigger):
             claim=self._claim,
             claim_file=self._claim_file,
             shred_on_end=self.secret_files(),
+            end_record=end_record_for(self.handle.get("results_dir")),
         )
         self._registration = reg
         labels = {p: label for label, p in paths}

@@ -53,6 +53,8 @@ class LocalClusterDouble:
         self.absent: set[str] = set()  # ids both sacct and squeue answer they do not know
         self.cancel_batches: list[list[str]] = []  # job ids of each acancel_many call
         self.path_checks: list[list[str]] = []  # paths of each apaths_exist call
+        self.controller: dict[str, JobState] = {}  # what squeue says, where it differs from sacct (lag)
+        self.end_record_calls: list[dict[str, str]] = []  # the end records each state query looked for
 
     async def ajob_states(self, job_ids):
         self.state_calls.append(list(job_ids))
@@ -61,9 +63,22 @@ class LocalClusterDouble:
             raise ConnectionError("connection to 127.0.0.1:2222 lost")
         return {j: info(j, self.states[j], reason=self.reasons.get(j)) for j in job_ids if j in self.states}
 
-    async def aquery_jobs(self, job_ids):
+    async def aquery_jobs(self, job_ids, end_records=None):
+        """`states` is what sacct says; a job in `controller` (what squeue says) whose end record exists locally
+        while sacct says RUNNING takes squeue's answer when it is COMPLETED, as the hook does."""
         states = await self.ajob_states(job_ids)
-        return JobQuery(states, frozenset(j for j in job_ids if j in self.absent and j not in states))
+        self.end_record_calls.append(dict(end_records or {}))
+        checked = [
+            j for j, path in (end_records or {}).items()
+            if Path(path).exists() and j in states and states[j].state is JobState.RUNNING
+        ]  # fmt: skip
+        early = {j: info(j, JobState.COMPLETE) for j in checked if self.controller.get(j) is JobState.COMPLETE}
+        return JobQuery(
+            {**states, **early},
+            frozenset(j for j in job_ids if j in self.absent and j not in states),
+            end_records_checked=frozenset(checked),
+            ended_before_accounting=frozenset(early),
+        )
 
     async def arun(self, argv, *, stdin=None, timeout=120, check=True):
         assert isinstance(argv, str)

@@ -101,6 +101,30 @@ async def test_submit_complete_failed_and_batched_states(hook, workdir):
     assert (await aread_from(hook, f"{workdir}/{ok}.out", 0))[0] == b"hello\n"
 
 
+async def test_state_query_looks_for_end_records_in_its_sacct_command(hook, workdir):
+    """Real sacct, squeue and shell: a running job whose end record exists is asked about with squeue (still
+    RUNNING: it stays so); a running job without one costs no squeue; an ended one is sacct's."""
+    await hook.arun(["mkdir", "-p", f"{workdir}/done", f"{workdir}/early", f"{workdir}/quiet"])
+    done = await _submit(hook, workdir, f"echo 0 > {workdir}/done/child_exit_code")
+    early = await _submit(hook, workdir, f"echo 0 > {workdir}/early/child_exit_code; sleep 60")
+    quiet = await _submit(hook, workdir, "sleep 60")
+    await _wait_terminal(hook, done)
+    records = {
+        j: f"{workdir}/{name}/child_exit_code" for j, name in ((done, "done"), (early, "early"), (quiet, "quiet"))
+    }
+    for _ in range(60):
+        if (await hook.apaths_exist([records[early]]))[records[early]]:
+            states = await hook.ajob_states([early, quiet])
+            if all(s.state is JobState.RUNNING for s in states.values()) and len(states) == 2:
+                break
+        await asyncio.sleep(1)
+    query = await hook.aquery_jobs([done, early, quiet], end_records=records)
+    assert query.states[done].state is JobState.COMPLETE and query.states[done].source == "sacct"
+    assert query.states[early].state is JobState.RUNNING and query.states[quiet].state is JobState.RUNNING
+    assert query.end_records_checked == {early} and query.ended_before_accounting == frozenset()
+    await hook.acancel_many([CancelRequest(early), CancelRequest(quiet)])
+
+
 async def test_cancel_and_cancel_again(hook, workdir):
     job = await _submit(hook, workdir, "sleep 120")
     await hook.acancel(job)

@@ -1,5 +1,6 @@
 """Faults while a task waits on a running job, on the real cluster: the login host's sshd down for 60 s,
-slurmctld down for 60 s, the triggerer restarted mid-job (three times), 50 MB of output, binary garbage.
+slurmctld down for 60 s, accounting stalled (sacct answers RUNNING after the end), the triggerer restarted
+mid-job (three times), 50 MB of output, binary garbage.
 The trigger is driven directly (as the triggerer runs it) with the job's output collected as its task log.
 """
 
@@ -200,6 +201,79 @@ def test_slurmctld_down_60s_waiting_task_keeps_waiting_then_succeeds(slurm_clust
     record_figures(
         "slurmctld_down_60s", injections=1, outage_seconds=OUTAGE_SECONDS, result=payload["status"],
         seconds_to_event_after_stop=round(recovered_after, 1), lost_lines=0, lost=0,
+    )  # fmt: skip
+
+
+# -- accounting stalled --------------------------------------------------------------------------------
+
+
+class StalledAccounting:
+    """slurmdbd cannot record a job's end: another MariaDB session holds READ locks on the cluster's job and
+    step tables, so slurmdbd's writes wait while its reads (sacct's) go on. sacct answers, from what it had:
+    the lag a loaded slurmdbd shows (docs/benchmarks.md), made to last."""
+
+    def __init__(self, cluster, cluster_name: str) -> None:
+        self.socket = f"{cluster.dir}/run/mysqld.sock"
+        self.tables = [f"{cluster_name}_job_table", f"{cluster_name}_step_table"]
+        self.session: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> StalledAccounting:
+        argv = ["mariadb", "--no-defaults", f"--socket={self.socket}", "-uroot", "-N", "--unbuffered", "slurm_acct_db"]
+        self.session = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        locks = ", ".join(f"`{t}` READ" for t in self.tables)
+        assert self.session.stdin and self.session.stdout
+        self.session.stdin.write(f"LOCK TABLES {locks}; SELECT 'locked';\n")
+        self.session.stdin.flush()
+        assert self.session.stdout.readline().strip() == "locked"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.session and self.session.stdin
+        self.session.stdin.write("UNLOCK TABLES;\n")
+        self.session.stdin.close()
+        self.session.wait(30)
+
+
+def _sacct_state(cluster_admin, job_id: str) -> str:
+    out = cluster_admin(f"sacct -X -n -P -j {job_id} -o State", check=False).stdout.split()
+    return out[0] if out else ""
+
+
+def test_accounting_stalled_the_job_end_is_seen_from_squeue_within_a_poll(slurm_cluster, cluster_admin):
+    """The job ends while slurmdbd cannot record it: sacct keeps saying RUNNING. The job's end record (its
+    script's last write) makes the poller ask squeue, which knows it COMPLETED: the task succeeds with every
+    line, while accounting still says RUNNING."""
+    cluster_name = cluster_admin("scontrol show config | sed -n 's/^ClusterName *= *//p'").stdout.strip()
+    op = make_operator(command="for i in $(seq 1 8); do echo tick-$i; sleep 1; done; date +end=%s.%N")
+    trigger = submit_deferred(op, context(unique_dag("acct")))
+    job_id = trigger.job_id
+
+    async def scenario():
+        logger, collected = collecting_logger("acct")
+        task = asyncio.ensure_future(run_trigger(trigger, logger, timeout=300))
+        await wait_for_lines(collected, "tick-", 2, task)
+        with StalledAccounting(slurm_cluster, cluster_name):
+            event = await asyncio.wait_for(task, 90)
+            fired = time.time()
+            sacct_then = await asyncio.to_thread(_sacct_state, cluster_admin, job_id)
+            squeue_then = cluster_admin(f"squeue -h -t all -j {job_id} -o %T", check=False).stdout.strip()
+        return event.payload, collected.lines, sacct_then, squeue_then, fired
+
+    reset_pollers()
+    payload, lines, sacct_then, squeue_then, fired = asyncio.run(scenario())
+    assert payload["status"] == "success", payload
+    assert sacct_then == "RUNNING", f"accounting was not stalled (sacct said {sacct_then!r}): the test proves nothing"
+    assert squeue_then == "COMPLETED"
+    assert ticks(lines) == list(range(1, 9)), lines
+    ended = float(next(x for x in lines if x.startswith("end="))[4:])
+    for _ in range(60):  # once released, accounting catches up
+        if _sacct_state(cluster_admin, job_id) == "COMPLETED":
+            break
+        time.sleep(1)
+    assert _sacct_state(cluster_admin, job_id) == "COMPLETED"
+    record_figures(
+        "accounting_stalled", injections=1, result=payload["status"], sacct_at_event=sacct_then,
+        seconds_from_job_end_to_event=round(fired - ended, 1), poll_interval_s=2,
     )  # fmt: skip
 
 

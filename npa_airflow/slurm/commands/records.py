@@ -53,6 +53,8 @@ class JobQuery:
 
     states: dict[str, SlurmJobInfo]
     absent: frozenset[str] = frozenset()
+    end_records_checked: frozenset[str] = frozenset()  # ids asked about because their end record exists
+    ended_before_accounting: frozenset[str] = frozenset()  # of those, the ids squeue settled as COMPLETED
 
 
 @dataclass(frozen=True)

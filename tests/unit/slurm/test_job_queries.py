@@ -4,9 +4,11 @@ only when sacct and squeue both answered without it; a submit time is Slurm's ow
 from __future__ import annotations
 
 import shlex
+import subprocess
 
 import pytest
 
+from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaRemoteError
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.hook import SlurmHook
@@ -55,3 +57,59 @@ async def test_submit_time_is_slurms_record():
     hook = scripted((0, "7|1796216400\n", ""), (0, "7|1796216400\n", ""))
     assert await hook.asubmit_time("7") == 1796216400.0
     assert await scripted((0, "", ""), (1, "", INVALID_ID)).asubmit_time("7") is None
+
+
+def lagging(sacct_out: str, squeue_out: str, asked: list[str]) -> SlurmHook:
+    """sacct and squeue answers scripted; the end records line of the sacct command runs for real in bash."""
+    hook = SlurmHook(config=CONFIG)
+
+    async def arun(argv, **kwargs):
+        command = argv if isinstance(argv, str) else shlex.join(argv)
+        asked.append(command)
+        if command.startswith("squeue"):
+            return CommandResult(stdout=squeue_out.encode(), stderr=b"", returncode=0, host="login1")
+        records, _, sacct = command.rpartition("exec ")
+        assert sacct.startswith("sacct")
+        line = subprocess.run(["bash", "-c", records + "true"], capture_output=True, check=True).stdout
+        return CommandResult(stdout=line + sacct_out.encode(), stderr=b"", returncode=0, host="login1")
+
+    hook.arun = arun  # type: ignore[method-assign]
+    return hook
+
+
+async def test_a_job_whose_end_record_exists_while_sacct_says_running_is_settled_by_squeue(tmp_path):
+    """Accounting lags under load: sacct still says RUNNING after the job's script wrote its end record."""
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "child_exit_code").write_text("0\n")
+    records = {i: str(tmp_path / i / "child_exit_code") for i in ("7", "8", "9")}
+    sacct = "7|7|RUNNING|0:0|c1|None|a\n8|8|RUNNING|0:0|c1|None|b\n9|9|RUNNING|0:0|c1|None|c\n"
+    asked: list[str] = []
+    query = await lagging(sacct, "7|7|COMPLETED|None|c1|a\n", asked).aquery_jobs(["7", "8", "9"], records)
+    assert query.states["7"].state is JobState.COMPLETE and query.states["7"].source == "squeue"
+    assert [query.states[i].state for i in ("8", "9")] == [JobState.RUNNING, JobState.RUNNING]
+    assert query.end_records_checked == {"7"} and query.ended_before_accounting == {"7"}
+    assert len(asked) == 2 and "--jobs=7 " in asked[1]  # one sacct, then one squeue for job 7 only
+
+
+@pytest.mark.parametrize(
+    ("squeue", "state"),
+    [
+        ("7|7|RUNNING|None|c1|a\n", JobState.RUNNING),  # the script is between its last write and its exit
+        ("7|7|FAILED|NonZeroExitCode|c1|a\n", JobState.RUNNING),  # exit code and reason come from sacct
+        ("", JobState.RUNNING),  # slurmctld no longer knows it: sacct's word stands
+    ],
+)
+async def test_only_a_completed_answer_settles_a_job_early(tmp_path, squeue, state):
+    record = tmp_path / "child_exit_code"
+    record.write_text("0\n")
+    query = await lagging("7|7|RUNNING|0:0|c1|None|a\n", squeue, []).aquery_jobs(["7"], {"7": str(record)})
+    assert query.states["7"].state is state and query.end_records_checked == {"7"}
+    assert query.ended_before_accounting == frozenset()
+
+
+async def test_no_end_record_and_no_squeue_in_steady_state(tmp_path):
+    asked: list[str] = []
+    records = {"7": str(tmp_path / "child_exit_code")}  # not written: the job runs
+    query = await lagging("7|7|RUNNING|0:0|c1|None|a\n", "", asked).aquery_jobs(["7"], records)
+    assert query.states["7"].state is JobState.RUNNING and query.end_records_checked == frozenset()
+    assert len(asked) == 1, "a running job without an end record costs slurmctld nothing"

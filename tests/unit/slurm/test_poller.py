@@ -310,3 +310,38 @@ async def test_a_registration_made_during_a_cycle_is_polled_next_cycle_not_an_in
     poller._task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await poller._task
+
+
+async def test_a_running_jobs_end_record_is_looked_for_and_settles_it_before_accounting(double, tmp_path):
+    """sacct lags (says RUNNING); the job's script has written its end record; squeue says COMPLETED."""
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    record = tmp_path / "child_exit_code"
+    double.states["7"] = JobState.PENDING
+    reg = poller.register("7", end_record=str(record))
+    await poller.cycle()
+    assert double.end_record_calls[-1] == {}, "a pending job is not looked for"
+    double.states["7"] = JobState.RUNNING
+    await poller.cycle()
+    await poller.cycle()
+    assert double.end_record_calls[-1] == {"7": str(record)}
+    assert poller.stats.end_confirmations == 0  # no record yet: nothing asked of slurmctld
+    record.write_text("0\n")
+    double.controller["7"] = JobState.COMPLETE
+    await poller.cycle()
+    assert drain(reg)[-1].state is JobState.COMPLETE
+    assert poller.stats.end_confirmations == 1 and poller.stats.ended_before_accounting == 1
+    await poller.cycle()
+    assert double.end_record_calls[-1] == {}, "an ended job's record is not looked for again"
+
+
+async def test_an_end_record_that_slurmctld_does_not_confirm_is_asked_about_a_few_times_only(double, tmp_path):
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    record = tmp_path / "child_exit_code"
+    record.write_text("1\n")  # e.g. not this script's: squeue keeps saying RUNNING
+    double.states["7"] = JobState.RUNNING
+    reg = poller.register("7", end_record=str(record))
+    for _ in range(poller_mod.MAX_END_CONFIRMATIONS + 4):
+        await poller.cycle()
+    assert reg.state is JobState.RUNNING
+    assert poller.stats.end_confirmations == poller_mod.MAX_END_CONFIRMATIONS
+    assert double.end_record_calls[-1] == {}

@@ -290,6 +290,20 @@ def test_single_node_failure_records_exit_code_and_no_marker(tmp_path):
     assert not (results / "status.json").exists()
 
 
+def test_a_run_removes_an_earlier_runs_end_record_before_its_command(tmp_path):
+    """child_exit_code is the end record the poller reads while accounting lags: a requeued run starts without
+    the one its earlier run left."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "child_exit_code").write_text("143\n")
+    seen = tmp_path / "seen"
+    command = f'if [ -e "$NPA_CHILD_EXIT_CODE_FILE" ]; then echo stale > {seen}; else echo none > {seen}; fi'
+    spec = make(tmp_path, command)
+    proc, results = run_script(tmp_path, spec)
+    assert proc.returncode == 0, proc.stderr
+    assert seen.read_text() == "none\n" and (results / "child_exit_code").read_text() == "0\n"
+
+
 def test_failing_pipeline_inside_the_primary_fails_the_job(tmp_path):
     proc, results = run_script(tmp_path, make(tmp_path, "false | cat\necho should-not-print"))
     assert proc.returncode == 1

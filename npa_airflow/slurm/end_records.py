@@ -1,0 +1,60 @@
+"""A job's own end record, seen before accounting has it.
+
+The rendered batch script writes `<results dir>/child_exit_code` as its last act and removes an earlier run's
+copy when it starts (templates/slurm). Under load slurmdbd falls behind: at N = 1,000 jobs ending in waves,
+sacct still reported 284 of them RUNNING at a poll after their end (docs/benchmarks.md). So the poller's state
+query also looks, in the same command as its sacct, for the end record of each job it last saw running; the
+jobs that have one while sacct says RUNNING join the query's one squeue, and slurmctld, which knows the end at
+once, settles them. While no job ends, nothing more is asked: the steady state costs slurmctld no RPC.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from npa_airflow.common.states import JobState
+
+if TYPE_CHECKING:
+    from npa_airflow.slurm.commands.records import SlurmJobInfo
+
+END_RECORD_NAME = "child_exit_code"
+# squeue asks per job whose end record slurmctld did not confirm (the script was between its last write and
+# its exit, or the file is not the script's); after that, the job's end waits for sacct alone.
+MAX_END_CONFIRMATIONS = 3
+
+
+def end_record_for(results_dir: str | None) -> str | None:
+    """Where the batch script of a job with this results directory writes its end record."""
+    return f"{results_dir.rstrip('/')}/{END_RECORD_NAME}" if results_dir else None
+
+
+def with_end_records(argv: Sequence[str], paths: Sequence[str]) -> str:
+    """`argv` (a state query) preceded by ONE line: a character per path, 1 (it exists) or 0. Shell builtins
+    only; the command's exit status and the rest of its output are argv's own."""
+    tests = [f"if [ -e {shlex.quote(p)} ]; then printf 1; else printf 0; fi" for p in paths]
+    return "; ".join([*tests, "printf '\\n'", f"exec {shlex.join(argv)}"])
+
+
+def split_end_records(stdout: str, paths: Sequence[str]) -> tuple[dict[str, bool], str]:
+    """(whether each path existed, the state query's own output) from :func:`with_end_records` output. A short
+    or damaged line says False for the paths it lacks."""
+    line, _, rest = stdout.partition("\n")
+    return {path: line[i : i + 1] == "1" for i, path in enumerate(paths)}, rest
+
+
+def ended_before_accounting(
+    accounted: Mapping[str, SlurmJobInfo], live: Mapping[str, SlurmJobInfo], candidates: Sequence[str]
+) -> dict[str, SlurmJobInfo]:
+    """squeue's answer for the candidates (end record found, sacct says RUNNING) that it shows COMPLETED.
+
+    Only COMPLETED is taken early: it is final (never requeued) and means exit code 0. A failed job's exit code
+    and reason come from sacct, so any other end waits for accounting.
+    """
+    early = {}
+    for job_id in candidates:
+        now, before = live.get(job_id), accounted.get(job_id)
+        if now is not None and now.state is JobState.COMPLETE and (before is None or not before.state.is_terminal):
+            early[job_id] = now
+    return early
