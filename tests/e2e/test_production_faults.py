@@ -154,7 +154,7 @@ def test_a_worker_killed_after_sbatch_leaves_one_job_adopted_by_the_retry(prod, 
     dag_id = "npa_e2e_slurm_worker_kill"
     api.wait_for_dag(dag_id)
     # The job outlives the scheduler's detection of the dead worker (task_instance_heartbeat_timeout, 30 s here).
-    run_id = api.trigger(dag_id, conf={"seconds": 150, "linger": 120})
+    run_id = api.trigger(dag_id, conf={"seconds": 90, "linger": 120})
 
     def lingering() -> list[str] | None:
         try:
