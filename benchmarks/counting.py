@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from npa_airflow.slurm.commands import TAIL_MARK
@@ -41,6 +42,9 @@ def classify(argv) -> tuple[str, int]:
             return "tail", 0
         if ".npa-offsets" in argv:
             return "offsets", 0
+        _, sep, query = argv.rpartition("; exec ")
+        if sep and query.startswith("sacct "):  # a state query looking for end records (slurm/end_records.py)
+            return classify(shlex.split(query))
         return "shell", 0
     name = argv[0]
     ids = 0

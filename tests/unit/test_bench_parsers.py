@@ -232,3 +232,13 @@ def test_task_and_trigger_log_times(tmp_path):
     (tmp_path / "attempt=1.log.trigger.7.log").write_text(trigger)
     assert read_try_logs(tmp_path) == (task, trigger)
     assert read_try_logs(tmp_path, 2) == ("", "")
+
+
+def test_a_state_query_that_looks_for_end_records_still_counts_as_its_sacct():
+    from benchmarks.counting import classify
+    from npa_airflow.slurm.commands import build_sacct_states, build_squeue_states
+    from npa_airflow.slurm.end_records import with_end_records
+
+    assert classify(with_end_records(build_sacct_states(["1", "2", "3"]), ["/r/a b/child_exit_code"])) == ("sacct", 3)
+    assert classify(build_squeue_states(["7"])) == ("squeue", 1)
+    assert classify("echo hi; exec true") == ("shell", 0)
