@@ -81,13 +81,18 @@ class ComputeRow:
 
 
 _DIRECTIVE = re.compile(r"^#SBATCH[ \t]+(--?[A-Za-z-]+)(?:[= \t]+(\S+))?", re.MULTILINE)
+# What Airflow puts before a rendered field longer than [core] max_templated_field_length: the field's head
+# follows, cut anywhere and "..." appended; a long script's #SBATCH lines are in that head.
+AIRFLOW_TRUNCATED_PREFIX = "Truncated. You can change this behaviour in [core]max_templated_field_length. "
 
 
 def parse_sbatch_resources(script: str | None) -> Resources:
     """Nodes, GPUs per node and partition from a script's ``#SBATCH`` lines (only the lines before the first
-    command count, as for sbatch; a missing option is None)."""
+    command count, as for sbatch; a missing option is None), also from a rendered field Airflow truncated."""
     if not isinstance(script, str):
         return Resources()
+    if script.startswith(AIRFLOW_TRUNCATED_PREFIX):
+        script = script[len(AIRFLOW_TRUNCATED_PREFIX) :].rpartition("\n")[0]  # without the line the cut ran through
     head = []
     for line in script.splitlines():
         stripped = line.strip()

@@ -193,6 +193,19 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         self.required_inputs()  # reject local/file:// inputs before the task does anything else
         spec = self.build_spec(self._connection_config(), self.job_name_for_context(context))
         self.sbatch_script = render_sbatch(spec)
+        self._warn_if_cut(len(self.sbatch_script))
+
+    def _warn_if_cut(self, length: int) -> None:
+        from airflow.sdk.configuration import conf
+
+        limit = conf.getint("core", "max_templated_field_length", fallback=4096)
+        if length > limit:
+            self.log.warning(
+                "The rendered sbatch script has %d characters: Airflow's Rendered Template shows only its first %d "
+                "([core] max_templated_field_length). Raise that setting to see all of it there; the job runs "
+                "the whole script either way.",
+                *(length, limit),
+            )
 
     def job_environment(self, hook: SlurmHook) -> JobEnvironment:
         """The connection (read directly, as for rendering) and the resolved `secret_env` values."""

@@ -46,6 +46,20 @@ def test_resources_come_from_the_sbatch_lines_before_the_first_command(script, e
     assert r.parse_sbatch_resources(script) == expected
 
 
+def test_a_script_airflow_truncated_still_gives_its_resources():
+    """Airflow stores a rendered field over [core] max_templated_field_length cut, behind a prefix: the head of a
+    long script keeps its #SBATCH lines, and a directive the cut ran through is not read at all."""
+    from airflow.sdk._shared.template_rendering import TRUNCATE_PREFIX, truncate_rendered_value
+
+    assert TRUNCATE_PREFIX == r.AIRFLOW_TRUNCATED_PREFIX
+    long_script = SCRIPT + "echo x\n" * 2000
+    assert r.parse_sbatch_resources(truncate_rendered_value(long_script, 4096)) == r.parse_sbatch_resources(SCRIPT)
+    cut_in_nodes = len(r.AIRFLOW_TRUNCATED_PREFIX) + len("...") + SCRIPT.index("--nodes=2") + len("--nodes=")
+    truncated = truncate_rendered_value(SCRIPT.replace("--nodes=2", "--nodes=24"), cut_in_nodes + 1)
+    assert "--nodes=2..." in truncated
+    assert r.parse_sbatch_resources(truncated) == r.Resources(nodes=None, gpus_per_node=None, partition="gpu")
+
+
 def test_one_query_per_connection_and_cluster_with_each_job_once():
     tasks = [
         slurm_task("1"),

@@ -78,6 +78,25 @@ def test_golden_render(name, make):
     )
 
 
+def test_the_built_in_parts_leave_most_of_airflows_rendered_field_to_the_users_commands():
+    """Airflow shows a rendered field whole up to [core] max_templated_field_length (4,096 by default): the
+    script's own parts, multi-node with a sidecar, a container and typical paths, leave 500 characters of it.
+    (The explanations of the template are Jinja comments, out of the rendered script.)"""
+    from airflow.configuration import conf
+
+    limit = int(conf.get_default_value("core", "max_templated_field_length"))
+    spec = SbatchSpec(
+        job_name="npa-a-dag-a-task-0123456789-t1",
+        command="true",
+        log_dir="/shared/logs",
+        results_dir="/shared/results/npa-a-dag-a-task-0123456789-t1",
+        nodes=2,
+        image="/shared/sqsh/image.sqsh",
+        env_file="/shared/results/npa-a-dag-a-task-0123456789-t1/.job.env",
+    )
+    assert len(render_sbatch(spec)) <= limit - 500
+
+
 def test_render_is_deterministic_and_lint_clean():
     for make in (golden_single, golden_multi):
         assert render_sbatch(make()) == render_sbatch(make())

@@ -50,6 +50,18 @@ def test_rendered_template_is_the_exact_script_with_the_try_job_name():
     assert "{results_dir}" not in script
 
 
+def test_a_script_longer_than_airflow_shows_says_so_in_the_task_log(capsys):
+    from airflow.sdk.configuration import conf
+
+    limit = conf.getint("core", "max_templated_field_length")
+    make_op(HookDouble(), command="true").render_template_fields(context())
+    assert "max_templated_field_length" not in capsys.readouterr().out
+    long = make_op(HookDouble(), command="echo " + "x" * limit)
+    long.render_template_fields(context())
+    logged = capsys.readouterr().out  # the task logger writes through structlog
+    assert f"has {len(long.sbatch_script)} characters" in logged and f"its first {limit} " in logged
+
+
 def test_local_inputs_are_rejected_before_anything_runs():
     op = make_op(HookDouble(), inputs=["file:///home/me/data"])
     with pytest.raises(NpaValidationError, match="compute nodes cannot read"):
