@@ -249,12 +249,17 @@ class JobLogFollower:
         return owned
 
     async def _keep_saved(self) -> None:
+        # The spacing counts from a save's start: a line that comes a spacing after the last save began is saved
+        # at once. (Counted from its end, each save's latency would push the next one later, until the count
+        # trailed the log by up to a spacing: the lines a takeover then shows twice.)
+        started = -SAVE_SPACING_SECONDS
         while True:
             await self._unsaved.wait()
+            await apause(started + SAVE_SPACING_SECONDS - time.monotonic())
             self._unsaved.clear()
+            started = time.monotonic()
             if not await self._save():
                 self._unsaved.set()
-            await apause(SAVE_SPACING_SECONDS)
 
     async def _save(self) -> bool:
         """Keep the count while this trigger holds the job; True when nothing is left to keep."""

@@ -3,11 +3,12 @@
 The triggerer holding the waiting `BurstTorchrunOperator` task is SIGSTOPped for twice the health-check
 threshold and SIGCONTed: the other triggerer takes the trigger over; the stalled one, told the trigger was
 "cancelled by user action", finds the newer claim in the task's XCom and cancels nothing. The job runs to its
-end and the task succeeds. Its log has every tick, each once: the new triggerer resumes the job's log after the
+end and the task succeeds. Its log has every tick, in order: the new triggerer resumes the job's log after the
 lines the stalled one wrote (their count is kept in the task's XCom, `npa_airflow/burst/joblog.py`), and the
-stalled one, resumed, finds the newer claim and writes no more lines. (A tick written in the instant between the
-stalled trigger's log write and its count save, which follows each line at once when the last save is a second
-old, would appear twice.) Needs the local SkyPilot API server; slow.
+stalled one, resumed, finds the newer claim and writes no more lines. The count is saved right after a line when
+the last save began a second ago or more, so the lines a stall catches between their write and the count's
+save (at one tick a second: at most one, rarely) appear once more, right where the new triggerer resumes; the
+test allows that and nothing else (`REPLAY_MAX`). Needs the local SkyPilot API server; slow.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ CLUSTER = "npa-e2e-burst-stall"
 TICKS = 60
 RUNS = int(os.environ.get("NPA_BURST_STALL_RUNS", "1"))
 TICK = re.compile(rf"tick (\d+) of {TICKS}")
+REPLAY_MAX = 2  # ticks a takeover may show twice: those of the last save spacing (1 s) and a save's latency
+
+
+def replayed(got: list[int]) -> tuple[int, int]:
+    """Where the log goes back, and by how many ticks: (index, 0) when it never does."""
+    back = next((i for i in range(1, len(got)) if got[i] <= got[i - 1]), len(got))
+    return back, (got[back - 1] - got[back] + 1 if back < len(got) else 0)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +83,10 @@ def test_a_stalled_holder_triggerer_never_cancels_the_burst_job(prod, db):
         assert taken_over_by in TRIGGERERS and taken_over_by != stalled, f"run {run}: no takeover"
         lost = sorted(set(range(1, TICKS + 1)) - set(got))
         assert not lost, f"run {run}: ticks lost: {lost}"
-        assert got == list(range(1, TICKS + 1)), f"run {run}: ticks replayed or out of order: {got}"
+        at, count = replayed(got)
+        assert count <= REPLAY_MAX and got[at - count : at] == got[at : at + count], f"run {run}: replayed: {got}"
+        resumed = got[:at] + got[at + count :]
+        assert resumed == list(range(1, TICKS + 1)), f"run {run}: ticks out of order or replayed: {got}"
     print(
         f"\n[fault] Burst triggerer stall {2 * threshold:.0f}s x{RUNS}, all succeeded: {results} "
         "(run, stalled, took over, ticks in the log, distinct ticks)"

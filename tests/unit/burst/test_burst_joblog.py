@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 
@@ -174,3 +175,40 @@ async def test_a_superseded_follower_writes_no_more_lines_and_keeps_no_count(wri
     await follower.run()
     assert ticks(lines) == ["t1", "t2"]
     assert count.kept[JOB] <= 3  # never more than it wrote; the new holder's count is not overwritten after
+
+
+class SlowCount(MemoryLineCount):
+    """A count whose saves take ``latency`` seconds; it records when each save began and what it kept."""
+
+    def __init__(self, latency: float) -> None:
+        super().__init__()
+        self.latency = latency
+        self.saves: list[tuple[float, int]] = []
+
+    async def save(self, job, lines):
+        self.saves.append((time.monotonic(), lines))
+        await asyncio.sleep(self.latency)
+        return await super().save(job, lines)
+
+
+async def test_a_line_a_spacing_after_the_last_save_began_is_saved_at_once(written):
+    """The count trails the log as little as it can: the save spacing counts from a save's start, so a save's
+    own latency does not push the next one later (which let the count trail by up to a spacing)."""
+    log, _ = written
+    count = SlowCount(latency=0.5 * joblog.SAVE_SPACING_SECONDS)
+    second_line_at: list[float] = []
+
+    class Paced(ScriptedLog):
+        async def astream_job_log(self, cluster, job_id):
+            yield MARK + "t1\n"
+            while not any(lines >= 2 for _, lines in count.saves):  # t1 (and SkyPilot's first line) saved
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(joblog.SAVE_SPACING_SECONDS + 0.1 - (time.monotonic() - count.saves[-1][0]))
+            second_line_at.append(time.monotonic())
+            yield "t2\n"
+            await asyncio.sleep(joblog.SAVE_SPACING_SECONDS)  # still following: no final save yet
+            yield TRAILER + "\n"
+
+    await asyncio.wait_for(JobLogFollower(Paced(), JOB, log, count).run(), 10)
+    started = next(at for at, lines in count.saves if lines >= 3)
+    assert started - second_line_at[0] < 0.25 * joblog.SAVE_SPACING_SECONDS, (started, second_line_at, count.saves)
