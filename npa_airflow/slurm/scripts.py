@@ -78,7 +78,6 @@ def render_sbatch(spec: SbatchSpec) -> str:
         environment=sorted(spec.environment.items()),
         results_dir=spec.results_dir,
         timeout_seconds=spec.timeout_seconds,
-        time_minutes=spec.time_minutes,
         command=spec.command.rstrip("\n"),
         # verbatim (not indented): indenting would break a heredoc terminator inside a command
         pre_commands=[c.rstrip("\n") for c in spec.pre_commands],
