@@ -145,7 +145,8 @@ class JobLogFollower:
         self.lines = await self.count.load(self.job)
         if self.lines:
             self.log.info(
-                "Resuming the log of SkyPilot job %s after its first %d lines (already in this log)",
+                "Resuming the log of SkyPilot job %s after its first %d lines (already in this log; a line written"
+                " just before a triggerer stalled or died may show again below)",
                 *(self.job.job_id, self.lines),
             )
         self._unsaved.set()  # record the job even before its first line: a restart then skips the launch log

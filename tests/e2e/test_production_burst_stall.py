@@ -6,9 +6,11 @@ threshold and SIGCONTed: the other triggerer takes the trigger over; the stalled
 end and the task succeeds. Its log has every tick, in order: the new triggerer resumes the job's log after the
 lines the stalled one wrote (their count is kept in the task's XCom, `npa_airflow/burst/joblog.py`), and the
 stalled one, resumed, finds the newer claim and writes no more lines. The count is saved right after a line when
-the last save began a second ago or more, so the lines a stall catches between their write and the count's
-save (at one tick a second: at most one, rarely) appear once more, right where the new triggerer resumes; the
-test allows that and nothing else (`REPLAY_MAX`). Needs the local SkyPilot API server; slow.
+the last save began a second ago or more, so only the lines a stall catches between their write and the count's
+save (an XCom write: at one tick a second, one tick) appear once more, right where the new triggerer resumes; the
+test allows that and nothing else (`REPLAY_MAX`). It stalls the holder soon after ticks reach the log, so it
+catches a tick there in about half the runs (2 of 4 on the 2-core test machine). Needs the local SkyPilot API
+server; slow.
 """
 
 from __future__ import annotations
