@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from npa_airflow.burst.handle import XCOM_KEY
+from npa_airflow.common.xcom_keys import BURST_JOB as XCOM_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from npa_airflow.burst.adoption import AdoptOrLaunchMixin
-from npa_airflow.burst.handle import XCOM_KEY
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import BurstJobLink
+from npa_airflow.common.xcom_keys import BURST_JOB as XCOM_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
