@@ -48,6 +48,9 @@ def pinned_host_key(known_hosts: str, host: str, port: int) -> str:
     raise RuntimeError(f"no known_hosts entry for {name}; is the cluster up (dev/cluster up)?")
 
 
+BENCH_DEPLOYMENT_KEY = "npa-benchmark-deployment-0001"
+
+
 @dataclass
 class Deployment:
     env: dict[str, str]
@@ -70,6 +73,8 @@ class Deployment:
             "NPA_AIRFLOW_TRIGGERER_CAPACITY": str(capacity),
             "NPA_BENCH_POLL_INTERVAL": str(poll_interval),
             f"AIRFLOW_CONN_{ANCHOR_CONN_ID.upper()}": anchor_connection(cluster),
+            # A known identity, so that the benchmark can tell the job names its tasks give their jobs.
+            "AIRFLOW__NPA_AIRFLOW__DEPLOYMENT_ID": BENCH_DEPLOYMENT_KEY,
         }
         api = AirflowApi(f"http://127.0.0.1:{port}", USER, PASSWORD, timeout=120.0)
         return cls(env=env, home=Path(home), api=api)

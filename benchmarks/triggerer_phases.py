@@ -18,9 +18,10 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from benchmarks.cluster import ClusterEnv, RpcSnapshot, SshdActivity, SshdLog, rpc_delta, rpc_snapshot
-from benchmarks.deployment import DAG_ID, Deployment
+from benchmarks.deployment import BENCH_DEPLOYMENT_KEY, DAG_ID, Deployment
 from benchmarks.sampler import Sampler
 from benchmarks.ti_watch import RunTimes, poll_once
+from npa_airflow.common.deployment import Deployment as Identity
 from npa_airflow.common.naming import job_name_for
 
 LOGIN_PORTS = (2222, 2223)
@@ -34,7 +35,8 @@ def log(message: str) -> None:
 def job_names(side: str, run_id: str, tag: str, n: int) -> list[str]:
     """The Slurm job name of each mapped task's job (try 1), in map-index order."""
     if side == "npa":
-        return [job_name_for(DAG_ID, "npa", run_id, i, 1) for i in range(n)]
+        identity = Identity(BENCH_DEPLOYMENT_KEY, None, "benchmark")
+        return [job_name_for(DAG_ID, "npa", run_id, i, 1, deployment=identity) for i in range(n)]
     return [f"bench-{tag}-{i}" for i in range(n)]
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,17 @@ from hypothesis import settings
 # parser's test now and then on the loaded 2-core machine).
 settings.register_profile("npa", deadline=None)
 settings.load_profile("npa")
+
+# The deployment identity of every operator and trigger the tests drive in-process (and of `airflow dags test`
+# runs they start): what the scheduler of a real deployment creates in its metadata database
+# (npa_airflow.common.deployment). The e2e deployments do not inherit it: each creates its own.
+TEST_DEPLOYMENT_ENV = "AIRFLOW_CONN_NPA_AIRFLOW_DEPLOYMENT"
+os.environ.setdefault(
+    TEST_DEPLOYMENT_ENV,
+    json.dumps(
+        {"conn_type": "generic", "password": "npa-test-deployment-key-0001", "extra": {"created_at": time.time()}}
+    ),
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SCRIPT = REPO / "dev" / "cluster"

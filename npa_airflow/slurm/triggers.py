@@ -170,14 +170,14 @@ class SlurmJobTrigger(BaseTrigger):
 
     def _prepare_claim(self) -> None:
         """This trigger's claim on the job, when it runs for a task instance (not in dag.test())."""
-        from npa_airflow.common.naming import task_instance_hash
+        from npa_airflow.common.naming import identity_hash
 
         ti = getattr(self, "task_instance", None)
         stdout = self.handle.get("stdout_path")
         if ti is None or not stdout or self._claim is not None:
             return
         try_number = int(getattr(ti, "try_number", None) or self.handle.get("try_number") or 1)
-        key = task_instance_hash(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
+        key = identity_hash(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         self._claim = Claim.new(try_number)
         self._claim_file = claim_file_for(stdout, key)
 

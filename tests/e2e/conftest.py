@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TEST_DEPLOYMENT_ENV
 from tests.e2e.airflow_api import AirflowApi, AirflowApiError, poll
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +81,8 @@ class AirflowInstance:
 
 def _deployment(shape: str, home: str, port: str) -> Iterator[AirflowInstance]:
     env = {
-        **os.environ,
+        # Its own identity: its scheduler creates it in its metadata database (not the tests' in-process one).
+        **{k: v for k, v in os.environ.items() if k != TEST_DEPLOYMENT_ENV},
         "NPA_AIRFLOW_SHAPE": shape,
         "NPA_AIRFLOW_HOME": home,
         "NPA_AIRFLOW_PORT": port,

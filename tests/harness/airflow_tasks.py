@@ -15,6 +15,7 @@ def task_context(dag_id: str, try_number: int = 1, run_id: str | None = None, ta
     """A task-instance context for driving an operator directly: identity, and `xcom_push` into `ti.pushed`."""
     pushed: dict[str, Any] = {}
     ti = types.SimpleNamespace(
+        id=uuid.uuid4(),
         dag_id=dag_id,
         task_id=task_id,
         run_id=run_id or f"manual__{uuid.uuid4().hex[:8]}",
@@ -24,6 +25,14 @@ def task_context(dag_id: str, try_number: int = 1, run_id: str | None = None, ta
     )
     ti.xcom_push = lambda key, value: pushed.__setitem__(key, value)
     return {"ti": ti}
+
+
+def job_name(dag_id: str, task_id: str, run_id: str, map_index: int | None, try_number: int) -> str:
+    """The job name the operators give this try in the tests' deployment (tests/conftest.py)."""
+    from npa_airflow.common.deployment import current_deployment
+    from npa_airflow.common.naming import job_name_for
+
+    return job_name_for(dag_id, task_id, run_id, map_index, try_number, deployment=current_deployment())
 
 
 def make_submit_operator(**kwargs: Any) -> Any:
