@@ -242,17 +242,24 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         required_paths: Sequence[str] = (),
         mkdirs: Sequence[str] = (),
         job_name: str | None = None,
+        owner_comment: str | None = None,
         secret_files: Sequence[str] = (),
     ) -> commands.SubmitResult:
         """Check inputs, stage files and submit, all in ONE round trip.
 
         Raises ``NpaValidationError`` (nothing written) when a required input is missing, ``NpaRemoteError`` when
         sbatch clearly refused the job, and ``NpaAmbiguousSubmission`` when the job may or may not exist. With
-        ``job_name`` (the script's job name), a cancel by Airflow that comes while sbatch runs is honoured on the
-        login host (see :func:`npa_airflow.slurm.staging.build_stage_and_submit`), shredding ``secret_files``.
+        ``job_name`` (the script's job name) and ``owner_comment`` (the proof of its owner, sbatch's ``--comment``),
+        a cancel by Airflow that comes while sbatch runs is honoured on the login host (see
+        :func:`npa_airflow.slurm.staging.build_stage_and_submit`), shredding ``secret_files``.
         """
         cluster = await self.atarget_cluster()
-        cancel = commands.build_cancel_by_name(job_name, (await self.aconfig()).user, cluster) if job_name else None
+        cancel = None
+        if owner_comment is not None:
+            sbatch_args = [*sbatch_args, f"--comment={owner_comment}"]
+            if job_name:
+                user = (await self.aconfig()).user
+                cancel = commands.build_cancel_by_name(job_name, user, owner_comment, cluster)
         command, stdin = build_stage_and_submit(
             files,
             script_path,
@@ -429,19 +436,24 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         return (await self.apaths_exist([path]))[path]
 
     async def afind_jobs_by_name(self, names: Sequence[str]) -> list[commands.SlurmJobInfo]:
-        """Jobs whose name is exactly one of ``names``, from squeue (live) and sacct (accounted), merged by id."""
+        """The connection user's jobs whose name is exactly one of ``names``, from squeue (live) and sacct
+        (accounted), merged by id, with their comment and submit time (who owns each: `common.deployment`)."""
         names = list(dict.fromkeys(names))
         if not names:
             return []
         cluster = await self.atarget_cluster()
+        user = (await self.aconfig()).user
         found: dict[str, commands.SlurmJobInfo] = {}
         sacct, squeue = await self.arun_batch(
-            [commands.build_find_by_name_sacct(names, cluster), commands.build_find_by_name_squeue(names, cluster)]
+            [
+                commands.build_find_by_name_sacct(names, user, cluster),
+                commands.build_find_by_name_squeue(names, user, cluster),
+            ]
         )
         if sacct.returncode == 0:
-            found.update(commands.parse_sacct(sacct.text))
-        if squeue.returncode == 0:
-            found.update(commands.parse_squeue(squeue.text))  # live view wins over accounting lag
+            found.update(commands.parse_sacct(sacct.text, commands.FIND_SACCT_FIELDS))
+        if squeue.returncode == 0:  # the live view wins over accounting's lag, and it always has the comment
+            found.update(commands.parse_squeue(squeue.text, commands.FIND_SQUEUE_FIELDS))
         if sacct.returncode != 0 and squeue.returncode != 0:
             raise NpaRemoteError(f"could not look up jobs by name on {squeue.host}: {squeue.error_text[-500:]}")
         wanted = set(names)

@@ -11,7 +11,6 @@ cancel counts only when slurmctld still knows the job (it took the cancel) or ac
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -152,15 +151,18 @@ class CancelCommands:
             )
         return outcomes
 
-    async def acancel_by_name(self, job_name: str, *, marker: str | None = None, shred: Sequence[str] = ()) -> None:
-        """scancel the connection user's jobs named exactly ``job_name``, creating ``marker`` first.
+    async def acancel_by_name(
+        self, job_name: str, *, comment: str, marker: str | None = None, shred: Sequence[str] = ()
+    ) -> None:
+        """scancel the connection user's jobs named exactly ``job_name`` that carry ``comment`` (the owner proof
+        the try submitted them with), creating ``marker`` first.
 
         For a job whose id is not known yet (sbatch or the reconciliation of an ambiguous submission still in
-        flight). Job names carry the task instance and the try (`npa_airflow.common.naming`), so no other try's
-        or task's job has this name; `--user` keeps other users' jobs of the same name out of it.
+        flight). Job names carry the deployment, the task instance and the try (`npa_airflow.common.naming`);
+        `--user` keeps other users' jobs of the same name out of it, and the comment any other job of this account.
         """
         cfg = await self.aconfig()
-        command = shlex.join(commands.build_cancel_by_name(job_name, cfg.user, await self.atarget_cluster()))
+        command = commands.build_cancel_by_name(job_name, cfg.user, comment, await self.atarget_cluster())
         if shred:  # the job's sidecar: a cancelled job never runs again
             command = f"{command} || exit $?; {commands.build_shred_files(shred)}"
         result = await self.arun(_recorded(command, marker), check=False)

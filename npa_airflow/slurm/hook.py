@@ -47,8 +47,10 @@ class SlurmHook(AsyncSlurmHook):
     def cancel(self, job_id: str, *, marker: str | None = None, shred: Sequence[str] = ()) -> str:
         return self._sync(self.acancel(job_id, marker=marker, shred=shred))
 
-    def cancel_by_name(self, job_name: str, *, marker: str | None = None, shred: Sequence[str] = ()) -> None:
-        self._sync(self.acancel_by_name(job_name, marker=marker, shred=shred))
+    def cancel_by_name(
+        self, job_name: str, *, comment: str, marker: str | None = None, shred: Sequence[str] = ()
+    ) -> None:
+        self._sync(self.acancel_by_name(job_name, comment=comment, marker=marker, shred=shred))
 
     def cancel_origin(self, job_id: str, marker: str | None) -> commands.CancelOrigin:
         return self._sync(self.acancel_origin(job_id, marker))

@@ -92,13 +92,14 @@ def build_stage_and_submit(
     required_paths: Sequence[str] = (),
     mkdirs: Sequence[str] = (),
     cluster: str | None = None,
-    cancel_by_name: Sequence[str] | None = None,
+    cancel_by_name: str | None = None,
     secret_files: Sequence[str] = (),
 ) -> tuple[str, bytes]:
     """Like :func:`build_stage`, then ``sbatch --parsable`` the script; sbatch's rc is reported on stdout.
 
-    With ``cancel_by_name`` (the argv that scancels this job by its name), the command honours Airflow's cancel
-    marker of the script (`commands.cancel_marker_for`), which a killed task creates before it cancels by name:
+    With ``cancel_by_name`` (the shell command that scancels this job by its name and owner proof), the command
+    honours Airflow's cancel marker of the script (`commands.cancel_marker_for`), which a killed task creates before
+    it cancels by name:
     present before sbatch, nothing is submitted; present once sbatch returns, the job is cancelled here. Whenever
     the marker appears, one of the two sees it or the kill's own scancel finds the job, so a task killed while
     sbatch runs never leaves its job behind, even when the worker dies before sbatch answers. sbatch's output is
@@ -112,7 +113,7 @@ def build_stage_and_submit(
         marker = shlex.quote(cancel_marker_for(script_path))
         shred = f"{build_shred_files(secret_files)}; " if secret_files else ""
         submit.insert(0, f"[ ! -e {marker} ] || {{ {shred}exit {EXIT_CANCELLED_BEFORE_SBATCH}; }}")
-        submit.append(f"[ ! -e {marker} ] || {{ {shlex.join(cancel_by_name)} >/dev/null 2>&1; {shred}}}")
+        submit.append(f"[ ! -e {marker} ] || {{ ( {cancel_by_name} ) >/dev/null 2>&1; {shred}}}")
     submit += ['printf %s "$out"', f"printf '\\n{SBATCH_RC_PREFIX}%s\\n' \"$rc\""]
     return command + "\n" + "\n".join(submit), stdin
 

@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import json
 import types
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from npa_airflow.common.naming import job_name_for
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import CancelOrigin, LogChunk, NodeInfo, PartitionInfo, SlurmJobInfo
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.operators import SlurmSubmitOperator
 from npa_airflow.slurm.triggers import SlurmJobTrigger
+from tests.harness.airflow_tasks import job_name as job_name_for
 
 CONN = {
     "conn_type": "slurm",
@@ -28,7 +29,13 @@ CONN = {
 }
 
 
-def job(job_id: str, name: str, state: JobState, native: str | None = None, **kw) -> SlurmJobInfo:
+_OWN = object()
+
+
+def job(job_id: str, name: str, state: JobState, native: str | None = None, comment=_OWN, **kw) -> SlurmJobInfo:
+    """A job a name lookup finds; by default it carries this deployment's owner proof (what our tries submit)."""
+    from npa_airflow.common.deployment import current_deployment
+
     return SlurmJobInfo(
         job_id=job_id,
         native_state=native or state.value,
@@ -38,7 +45,9 @@ def job(job_id: str, name: str, state: JobState, native: str | None = None, **kw
         job_name=name,
         node_list=kw.get("node_list", "c1"),
         reason=None,
-        source="sacct",
+        source=kw.get("source", "sacct"),
+        comment=current_deployment().owner_comment(name, None) if comment is _OWN else comment,
+        submitted_at=kw.get("submitted_at"),
     )
 
 
@@ -64,6 +73,7 @@ class HookDouble:
     )
     calls: list[tuple] = field(default_factory=list)
     cancelled_by_airflow: set[str] = field(default_factory=set)  # job ids whose cancel marker exists
+    cancel_by_name_comments: list[str] = field(default_factory=list)
     submit_times: dict[str, float] = field(default_factory=dict)  # Slurm's submit time of existing jobs
     config: SlurmConnectionConfig = field(
         default_factory=lambda: SlurmConnectionConfig(conn_id="slurm_unit", hosts=(("127.0.0.1", 2222),), user="npa")
@@ -81,8 +91,9 @@ class HookDouble:
             self.cancelled_by_airflow.add(job_id)
         return "cancelled"
 
-    def cancel_by_name(self, job_name, *, marker=None, shred=()):
+    def cancel_by_name(self, job_name, *, comment, marker=None, shred=()):
         self.calls.append(("cancel_by_name", job_name, marker))
+        self.cancel_by_name_comments.append(comment)
 
     def cancel_origin(self, job_id, marker):
         self.calls.append(("cancel_origin", job_id))
@@ -128,6 +139,7 @@ class HookDouble:
 
 def context(try_number: int = 1, map_index: int = -1, task_state_store: Any = None):
     ti = types.SimpleNamespace(
+        id=uuid.uuid4(),
         dag_id="train_dag",
         task_id="train",
         run_id="manual__2026-12-02",
@@ -160,6 +172,13 @@ def make_op(hook: HookDouble, **kwargs) -> SlurmSubmitOperator:
 
 def name(try_number: int) -> str:
     return job_name_for("train_dag", "train", "manual__2026-12-02", -1, try_number)
+
+
+def legacy_name(try_number: int) -> str:
+    """The name the release before the deployment key gave that try."""
+    from npa_airflow.common.naming import legacy_job_name_for
+
+    return legacy_job_name_for("train_dag", "train", "manual__2026-12-02", -1, try_number)
 
 
 def install_unit_connection(monkeypatch: pytest.MonkeyPatch) -> None:

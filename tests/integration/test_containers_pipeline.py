@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from npa_airflow.common.naming import job_name_for
+from tests.harness.airflow_tasks import job_name as job_name_for
 
 pytestmark = pytest.mark.integration
 

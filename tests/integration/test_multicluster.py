@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from npa_airflow.common.naming import job_name_for
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.poller import reset_pollers
 from tests.harness.airflow_tasks import collecting_logger, submit_deferred, task_context
+from tests.harness.airflow_tasks import job_name as job_name_for
 from tests.harness.airflow_tasks import make_submit_operator as make_operator
 from tests.supervisor_double import install_supervisor, run_for_task_instance
 

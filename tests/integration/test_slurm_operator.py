@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from npa_airflow.common.naming import job_name_for
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import reset_pollers
 from tests.harness.airflow_tasks import collecting_logger, submit_deferred, task_context
+from tests.harness.airflow_tasks import job_name as job_name_for
 from tests.harness.airflow_tasks import make_submit_operator as make_operator
 from tests.harness.slurm_accounting import accounted_jobs, sacct_jobs
 from tests.supervisor_double import install_supervisor, run_for_task_instance

@@ -47,7 +47,7 @@ class Case:
 
 
 def job_name(task_id: str = "train", try_number: int = 1) -> str:
-    from npa_airflow.common.naming import job_name_for
+    from tests.harness.airflow_tasks import job_name as job_name_for
 
     return job_name_for(DAG_ID, task_id, SESSION["run_id"], -1, try_number)
 

@@ -42,6 +42,8 @@ from npa_airflow.slurm.commands.parsers import (
     parse_tail_logs,
 )
 from npa_airflow.slurm.commands.records import (
+    FIND_SACCT_FIELDS,
+    FIND_SQUEUE_FIELDS,
     SACCT_FIELDS,
     SQUEUE_FIELDS,
     SQUEUE_FORMAT,
@@ -66,6 +68,8 @@ __all__ = [
     "CANCEL_MARKER_SUFFIX",
     "CLUSTER_RE",
     "DEFAULT_NAME_SEARCH_START",
+    "FIND_SACCT_FIELDS",
+    "FIND_SQUEUE_FIELDS",
     "SACCT_FIELDS",
     "SQUEUE_FIELDS",
     "SQUEUE_FORMAT",

@@ -25,6 +25,8 @@ from npa_airflow.slurm.commands.records import (
     CANCEL_BY_AIRFLOW,
     CANCEL_STATE,
     CANCEL_USER,
+    FIND_SACCT_FIELDS,
+    FIND_SQUEUE_FIELDS,
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     TAIL_END,
@@ -38,6 +40,7 @@ from npa_airflow.slurm.commands.validation import (
     validate_remote_path,
 )
 
+_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}")
 # Without -j, sacct's window starts at midnight today: name searches give an explicit start.
 DEFAULT_NAME_SEARCH_START = "now-7days"
 
@@ -69,8 +72,8 @@ def build_sbatch_submit(script_path: str, sbatch_args: Sequence[str] = (), clust
     return ["sbatch", "--parsable", *cluster_args(cluster), *sbatch_args, validate_remote_path(script_path)]
 
 
-def _sacct_base(cluster: str | None) -> list[str]:
-    return ["sacct", "-X", "--parsable2", "--noheader", *cluster_args(cluster), "-o", ",".join(SACCT_FIELDS)]
+def _sacct_base(cluster: str | None, fields: Sequence[str] = SACCT_FIELDS) -> list[str]:
+    return ["sacct", "-X", "--parsable2", "--noheader", *cluster_args(cluster), "-o", ",".join(fields)]
 
 
 def build_sacct_states(job_ids: Iterable[str], cluster: str | None = None) -> list[str]:
@@ -78,8 +81,8 @@ def build_sacct_states(job_ids: Iterable[str], cluster: str | None = None) -> li
     return [*_sacct_base(cluster), "-j", job_id_list(job_ids)]
 
 
-def _squeue_all_states(cluster: str | None, selector: str) -> list[str]:
-    return ["squeue", "-h", "-t", "all", *cluster_args(cluster), selector, "-o", SQUEUE_FORMAT]
+def _squeue_all_states(cluster: str | None, *selectors: str, fmt: str = SQUEUE_FORMAT) -> list[str]:
+    return ["squeue", "-h", "-t", "all", *cluster_args(cluster), *selectors, "-o", fmt]
 
 
 def build_squeue_states(job_ids: Iterable[str], cluster: str | None = None) -> list[str]:
@@ -87,17 +90,27 @@ def build_squeue_states(job_ids: Iterable[str], cluster: str | None = None) -> l
     return _squeue_all_states(cluster, f"--jobs={job_id_list(job_ids)}")
 
 
+def _user_arg(user: str) -> str:
+    return f"--user={fullmatch_or_raise(user, _USER_RE, f'user={user!r} is not a user name Slurm accepts')}"
+
+
 def build_find_by_name_sacct(
-    names: Iterable[str], cluster: str | None = None, start: str = DEFAULT_NAME_SEARCH_START
+    names: Iterable[str], user: str, cluster: str | None = None, start: str = DEFAULT_NAME_SEARCH_START
 ) -> list[str]:
-    """Accounting records with any of these exact names, since ``start`` (sacct time syntax)."""
+    """``user``'s accounting records with any of these exact names since ``start`` (sacct time syntax), with
+    their submit time and comment (:data:`FIND_SACCT_FIELDS`). Without ``--user`` sacct shows every user's jobs
+    to an operator account, and anyone can name a job after ours."""
     if not re.fullmatch(r"[A-Za-z0-9:+-]{1,32}", start):
         raise NpaValidationError(f"start={start!r} is not a sacct time (e.g. 'now-7days', '2026-01-01T00:00')")
-    return [*_sacct_base(cluster), "-S", start, f"--name={name_list(names)}"]
+    sacct = _sacct_base(cluster, FIND_SACCT_FIELDS)
+    return ["env", "SLURM_TIME_FORMAT=%s", *sacct, "-S", start, _user_arg(user), f"--name={name_list(names)}"]
 
 
-def build_find_by_name_squeue(names: Iterable[str], cluster: str | None = None) -> list[str]:
-    return _squeue_all_states(cluster, f"--name={name_list(names)}")
+def build_find_by_name_squeue(names: Iterable[str], user: str, cluster: str | None = None) -> list[str]:
+    """``user``'s jobs slurmctld knows with any of these exact names, with submit time and comment."""
+    fmt = "|".join(FIND_SQUEUE_FIELDS)
+    selectors = (_user_arg(user), f"--name={name_list(names)}")
+    return ["env", "SLURM_TIME_FORMAT=%s", *_squeue_all_states(cluster, *selectors, fmt=fmt)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -105,7 +118,6 @@ def build_find_by_name_squeue(names: Iterable[str], cluster: str | None = None) 
 
 
 CANCEL_MARKER_SUFFIX = ".npa-cancelled"
-_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}")
 
 
 def build_cancel(*job_ids: str, cluster: str | None = None) -> list[str]:
@@ -143,10 +155,17 @@ def build_shred_files(paths: Sequence[str]) -> str:
     return "; ".join([*parts, ":"])
 
 
-def build_cancel_by_name(job_name: str, user: str, cluster: str | None = None) -> list[str]:
-    """scancel of ``user``'s jobs named exactly ``job_name``; with no such job it does nothing and exits 0."""
-    checked = fullmatch_or_raise(user, _USER_RE, f"user={user!r} is not a user name scancel --user accepts")
-    return ["scancel", *cluster_args(cluster), f"--name={validate_job_name(job_name)}", f"--user={checked}"]
+def build_cancel_by_name(job_name: str, user: str, comment: str, cluster: str | None = None) -> str:
+    """scancel of ``user``'s jobs named exactly ``job_name`` whose comment is exactly ``comment`` (the owner proof
+    the submitting try gave them: a job of that name and user but without it is not ours); exits 0 when there is
+    none, with scancel's status otherwise."""
+    if not isinstance(comment, str) or not re.fullmatch(r"[A-Za-z0-9:._-]{1,128}", comment):
+        raise NpaValidationError(f"comment={comment!r} is not an owner proof")
+    squeue = ["squeue", "-h", *cluster_args(cluster), _user_arg(user), f"--name={validate_job_name(job_name)}"]
+    listing = shlex.join([*squeue, "-o", "%A|%k"])
+    pick = shlex.join(["awk", "-F|", "-v", f"c={comment}", "$2 == c { print $1 }"])
+    scancel = shlex.join(["scancel", *cluster_args(cluster)])
+    return f'ids=$(set -o pipefail; {listing} | {pick}) || exit $?; [ -z "$ids" ] || {scancel} $ids'
 
 
 def cancel_marker_for(script_path: str) -> str:

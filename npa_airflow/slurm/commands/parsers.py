@@ -123,23 +123,24 @@ def _data_lines(stdout: str) -> Iterator[str]:
     return (line for line in stdout.splitlines() if line.strip() and not _is_cluster_banner(line))
 
 
-def parse_sacct(stdout: str) -> dict[str, records.SlurmJobInfo]:
-    """Rows of ``sacct -X --parsable2 --noheader -o <records.SACCT_FIELDS>`` keyed by JobID.
+def parse_sacct(stdout: str, fields: Sequence[str] = records.SACCT_FIELDS) -> dict[str, records.SlurmJobInfo]:
+    """Rows of ``sacct -X --parsable2 --noheader -o <fields>`` keyed by JobID.
 
+    ``fields`` is :data:`records.SACCT_FIELDS` (state queries; JobName last) or :data:`records.FIND_SACCT_FIELDS`
+    (name lookups: submit time and comment after it, the comment last).
     With ``--duplicates`` (or after a job-id reset) one id can have several records, e.g. REQUEUED then
     RUNNING: the last one wins (sacct prints them oldest first). Step rows (``123.batch``) are skipped.
     See :func:`_index` for the raw-id and base-id lookups of array and het jobs.
     """
     rows: list[tuple[str, records.SlurmJobInfo]] = []
-    nfields = len(records.SACCT_FIELDS)
     for line in _data_lines(stdout):
-        parts = line.split("|", nfields - 1)
-        if len(parts) != nfields:
+        parts = _fields_of(line, len(fields))
+        if parts is None:
             raise NpaParseError(
-                f"sacct line {_quote_output(line)} has {len(parts)} fields, expected {nfields} "
-                f"({','.join(records.SACCT_FIELDS)}); whole output {_quote_output(stdout)}"
+                f"sacct line {_quote_output(line)} does not have the {len(fields)} fields {','.join(fields)}; "
+                f"whole output {_quote_output(stdout)}"
             )
-        raw_id, job_id, state_text, exit_text, nodes, reason, name = (p.strip() for p in parts)
+        raw_id, job_id, state_text, exit_text, nodes, reason, name, *owner = parts
         if "." in job_id:
             continue
         if not re.match(r"[0-9]+", job_id):
@@ -157,23 +158,23 @@ def parse_sacct(stdout: str) -> dict[str, records.SlurmJobInfo]:
             node_list=_none_if(nodes, "None assigned", "(null)"),
             reason=_none_if(reason, "None"),
             source="sacct",
+            **_owner_fields(owner),
         )
         rows.append((raw_id, info))
     return _index(rows)
 
 
-def parse_squeue(stdout: str) -> dict[str, records.SlurmJobInfo]:
-    """Rows of ``squeue -h -o <records.SQUEUE_FORMAT>`` keyed by the displayed id (see :func:`_index`)."""
+def parse_squeue(stdout: str, fields: Sequence[str] = records.SQUEUE_FIELDS) -> dict[str, records.SlurmJobInfo]:
+    """Rows of ``squeue -h -o <fields joined by |>`` keyed by the displayed id (see :func:`_index`); ``fields`` as
+    in :func:`parse_sacct` (:data:`records.SQUEUE_FIELDS` or :data:`records.FIND_SQUEUE_FIELDS`)."""
     rows: list[tuple[str, records.SlurmJobInfo]] = []
-    nfields = len(records.SQUEUE_FIELDS)
     for line in _data_lines(stdout):
-        parts = line.split("|", nfields - 1)
-        if len(parts) != nfields or not re.match(r"[0-9]+", parts[0].strip()):
+        parts = _fields_of(line, len(fields))
+        if parts is None or not re.match(r"[0-9]+", parts[0]):
             raise NpaParseError(
-                f"squeue line {_quote_output(line)} is not '{records.SQUEUE_FORMAT}'; "
-                f"whole output {_quote_output(stdout)}"
+                f"squeue line {_quote_output(line)} is not '{'|'.join(fields)}'; whole output {_quote_output(stdout)}"
             )
-        job_id, raw_id, state_text, reason, nodes, name = (p.strip() for p in parts)
+        job_id, raw_id, state_text, reason, nodes, name, *owner = parts
         native = normalize_native_state(state_text)
         info = records.SlurmJobInfo(
             job_id=job_id,
@@ -185,9 +186,27 @@ def parse_squeue(stdout: str) -> dict[str, records.SlurmJobInfo]:
             node_list=_none_if(nodes, "(null)"),
             reason=_none_if(reason, "None"),
             source="squeue",
+            **_owner_fields(owner),
         )
         rows.append((raw_id, info))
     return _index(rows)
+
+
+def _fields_of(line: str, count: int) -> list[str] | None:
+    """The ``count`` |-separated fields of ``line`` (the last keeps any further |), stripped; None if fewer."""
+    parts = line.split("|", count - 1)
+    return [p.strip() for p in parts] if len(parts) == count else None
+
+
+def _owner_fields(owner: Sequence[str]) -> dict[str, object]:
+    """The submit time and comment that follow the state fields in a name lookup (nothing in a state query)."""
+    if not owner:
+        return {}
+    submitted, comment = owner
+    return {
+        "submitted_at": float(submitted) if re.fullmatch(r"[0-9]{1,12}", submitted) else None,
+        "comment": _none_if(comment, "(null)"),
+    }
 
 
 def may_run_again(info: records.SlurmJobInfo) -> bool:

@@ -15,6 +15,10 @@ SACCT_FIELDS = ("JobIDRaw", "JobID", "State", "ExitCode", "NodeList", "Reason", 
 # squeue: %i display id (123_4, 123+0), %A raw id, %T extended state, %r reason, %N nodes, %j name.
 SQUEUE_FIELDS = ("%i", "%A", "%T", "%r", "%N", "%j")
 SQUEUE_FORMAT = "|".join(SQUEUE_FIELDS)
+# Name lookups also read when a job was submitted (epoch seconds under SLURM_TIME_FORMAT=%s) and its comment, the
+# proof of its owner (`npa_airflow.common.deployment`); the comment comes last, so it may hold any character.
+FIND_SACCT_FIELDS = (*SACCT_FIELDS, "Submit", "Comment")
+FIND_SQUEUE_FIELDS = (*SQUEUE_FIELDS, "%V", "%k")
 
 # Log tail frames: per request a header "NPA-TAIL <index> <size>" then one line of base64, then an end line.
 TAIL_MARK = "NPA-TAIL"
@@ -45,6 +49,10 @@ class SlurmJobInfo:
     node_list: str | None
     reason: str | None
     source: str  # "sacct" | "squeue"
+    # Read by name lookups only: the job's comment (None: empty, or accounting does not store comments) and
+    # Slurm's submit time (epoch seconds).
+    comment: str | None = None
+    submitted_at: float | None = None
 
 
 @dataclass(frozen=True)

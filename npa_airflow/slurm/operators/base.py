@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
 
+    from npa_airflow.common.deployment import Deployment
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
 
@@ -198,10 +200,21 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
         map_index = getattr(ti, "map_index", None)
         return ti.dag_id, ti.task_id, ti.run_id, map_index, int(ti.try_number or 1)
 
+    @staticmethod
+    def deployment() -> Deployment:
+        """This Airflow deployment's identity: it keys job names and owner proofs (`common.deployment`)."""
+        from npa_airflow.common.deployment import current_deployment
+
+        return current_deployment()
+
     def job_name_for_context(self, context: Context) -> str:
         from npa_airflow.common.naming import job_name_for
 
-        return job_name_for(*self.ti_identity(context))
+        return job_name_for(*self.ti_identity(context), deployment=self.deployment())
+
+    def owner_comment(self, context: Context, job_name: str) -> str:
+        """The proof this try gives the job it submits: read back by every later lookup by name."""
+        return self.deployment().owner_comment(job_name, getattr(context["ti"], "id", None))
 
     def get_hook(self) -> SlurmHook:
         from npa_airflow.slurm.hook import SlurmHook
@@ -236,6 +249,7 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
         from npa_airflow.slurm.scripts import check_script_size
 
         job = self.prepare_job(job_name, exclude, env, step)
+        job = replace(job, owner_comment=self.owner_comment(context, job_name))
         check_script_size(job.script)
         self.check_prepared_job(job)
         self._show_submitted(job)

@@ -129,10 +129,13 @@ class JobCancelMixin:
     def _cancel_in_flight(self, hook: SlurmHook, job: PreparedJob) -> None:
         name = job.job_name
         shred = job.secret_files
+        if job.owner_comment is None:  # only a job this try submits is cancelled by name
+            return
+        comment = job.owner_comment
         try:
             self._through_outage(
                 f"cancelling Slurm jobs named {name}",
-                lambda: hook.cancel_by_name(name, marker=marker_of(job.script_path), shred=shred),
+                lambda: hook.cancel_by_name(name, comment=comment, marker=marker_of(job.script_path), shred=shred),
                 seconds=ON_KILL_SECONDS,
                 backoff=ON_KILL_BACKOFF,
             )

@@ -38,6 +38,7 @@ class PreparedJob:
     mem_mb: int | None = None
     secret_values: tuple[str, ...] = field(default=(), repr=False)  # must never appear in the script
     env_file: str | None = None  # the secrets sidecar among `files`: removed once the job has ended for good
+    owner_comment: str | None = None  # the proof of its owner (sbatch --comment): set for the job a try submits
 
     @property
     def secret_files(self) -> tuple[str, ...]:

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 from npa_airflow.common.retry import pause
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
+from npa_airflow.slurm.job_owners import TryNames, describe_foreign, sort_by_owner
 from npa_airflow.slurm.operators.job import PreparedJob, handle_for
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from npa_airflow.common.deployment import Deployment
     from npa_airflow.slurm.commands import SlurmJobInfo
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
@@ -36,19 +38,16 @@ class AdoptOrSubmitMixin:
     on_previous_try: str
     _prepare_named: Callable[[str], PreparedJob] | None
     ti_identity: Callable[[Context], tuple[str, str, str, int | None, int]]
+    deployment: Callable[[], Deployment]
     cluster_read: Callable[..., Any]
     cancel_through_outage: Callable[..., str]
     stop_if_killed: Callable[..., None]
     fail_unless_cancelled_by_airflow: Callable[..., None]
 
     def _adopt_or_submit(self, context: Context, hook: SlurmHook, job: PreparedJob) -> SlurmJobHandle:
-        from npa_airflow.common.naming import earlier_try_names
-
-        dag_id, task_id, run_id, map_index, try_number = self.ti_identity(context)
-        earlier = earlier_try_names(dag_id, task_id, run_id, map_index, try_number)
-        # Try number of each name asked for: tries 1..try_number-1, then this one.
-        try_of = {name: t for t, name in enumerate([*earlier, job.job_name], start=1)}
-        found = self.cluster_read("looking up earlier tries", hook.find_jobs_by_name, list(try_of))
+        names = self._try_names(context, job.job_name)
+        found = self._owned(self.cluster_read("looking up earlier tries", hook.find_jobs_by_name, names.all), names)
+        try_number = self.ti_identity(context)[4]
 
         mine = [j for j in found if j.job_name == job.job_name]
         if mine:  # this very try already submitted (the worker died after sbatch and came back)
@@ -57,7 +56,7 @@ class AdoptOrSubmitMixin:
             )
 
         def by_try(j: SlurmJobInfo) -> int:
-            return try_of.get(j.job_name or "", 1)
+            return names.try_of(j.job_name)
 
         live = sorted((j for j in found if not j.state.is_terminal), key=by_try)
         previous = sorted(found, key=by_try)
@@ -83,14 +82,35 @@ class AdoptOrSubmitMixin:
         retry_of = previous[-1].job_id if previous else None
         return self._submit(hook, job, try_number, retry_of)
 
+    def _try_names(self, context: Context, own: str) -> TryNames:
+        """`own` (this step's job name) and the names of this task instance's earlier tries, both namings."""
+        from npa_airflow.common.naming import earlier_try_names, legacy_earlier_try_names
+
+        identity = self.ti_identity(context)
+        earlier = earlier_try_names(*identity, deployment=self.deployment())
+        return TryNames(own, tuple(earlier), tuple(legacy_earlier_try_names(*identity)))
+
+    def _owned(self, found: list[SlurmJobInfo], names: TryNames) -> list[SlurmJobInfo]:
+        """The found jobs this task instance owns; the others holding its names are reported and left alone."""
+        owners = sort_by_owner(found, names, self.deployment())
+        for info in owners.foreign:
+            self.log.warning(
+                "%s has this task's job name but is not this task instance's job (another deployment sharing this "
+                "cluster account, or a job made by hand): not adopting or cancelling it",
+                describe_foreign(info),
+            )
+        return list(owners.owned)
+
     def _prepared_for(self, job: PreparedJob, name: str | None) -> PreparedJob:
         """The job named `name` as its try prepared it (its script and sidecar paths), or `job` itself."""
         if not name or name == job.job_name or self._prepare_named is None:
             return job
         return self._prepare_named(name)
 
-    def _submit_time(self, hook: SlurmHook, job_id: str) -> float | None:
-        """Slurm's submit time of an adopted job: its max_wait counts from there, not from this try."""
+    def _submit_time(self, hook: SlurmHook, job_id: str, known: float | None = None) -> float | None:
+        """Slurm's submit time of an adopted job (`known`: the lookup read it): max_wait counts from there."""
+        if known is not None:
+            return known
         try:
             return self.cluster_read("reading the job's submit time", hook.submit_time, job_id)
         except Exception as exc:
@@ -115,7 +135,7 @@ class AdoptOrSubmitMixin:
         )
         name = keep.job_name or job.job_name
         old = self._prepare_named(name) if self._prepare_named is not None else job
-        submitted = self._submit_time(hook, keep.job_id)
+        submitted = self._submit_time(hook, keep.job_id, keep.submitted_at)
         return self._handle_of(hook, old, keep.job_id, try_number=try_of(keep), retry_of=None, submitted_at=submitted)
 
     def _require_inputs(self, hook: SlurmHook, job: PreparedJob, running: SlurmJobInfo) -> None:
@@ -138,6 +158,7 @@ class AdoptOrSubmitMixin:
                     required_paths=list(job.required_paths),
                     mkdirs=list(job.mkdirs),
                     job_name=job.job_name,  # a kill while sbatch runs is honoured on the login host
+                    owner_comment=job.owner_comment,
                     secret_files=job.secret_files,
                 )
             except NpaAmbiguousSubmission as exc:
@@ -161,7 +182,7 @@ class AdoptOrSubmitMixin:
         while True:
             self.stop_if_killed(hook)  # on_kill has cancelled this name; the job may not even exist yet
             try:
-                found = [j for j in hook.find_jobs_by_name([job.job_name]) if j.job_name == job.job_name]
+                found = self._owned(hook.find_jobs_by_name([job.job_name]), TryNames(job.job_name))
             except Exception as exc:  # the cluster may still be unreachable: keep trying within the window
                 self.log.warning("Looking up %s failed (%s); retrying", job.job_name, exc)
                 found = None
@@ -189,7 +210,7 @@ class AdoptOrSubmitMixin:
                 "duplicate keeps running. Retry the task to submit exactly one."
             )
         self.log.info("Adopting Slurm job %s (%s): %s", ids[0], job.job_name, why)
-        submitted = self._submit_time(hook, ids[0])
+        submitted = self._submit_time(hook, ids[0], next((m.submitted_at for m in matches if m.job_id == ids[0]), None))
         return self._handle_of(hook, job, ids[0], try_number=try_number, retry_of=None, submitted_at=submitted)
 
     def _handle_of(self, hook: SlurmHook, job: PreparedJob, job_id: str, **details: Any) -> SlurmJobHandle:

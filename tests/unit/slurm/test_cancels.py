@@ -216,24 +216,66 @@ async def test_a_batch_that_found_nothing_to_cancel_shreds_once_the_jobs_are_kno
     assert shredded == ["/r/sbatch/j7.sbatch.npa-secrets", "/r/sbatch/j8.sbatch.npa-secrets"]
 
 
-async def test_cancel_by_name_names_this_user_and_exactly_this_job_name():
+COMMENT = "npa1:0190f0d2-7a3b-7c41-9e5f-1a2b3c4d5e6f:0123456789abcdef01234567"
+
+
+async def test_cancel_by_name_asks_for_this_user_s_jobs_of_exactly_this_name():
     hook, sent = scripted({"scancel": (0, "", "")})
     await hook.acancel_by_name(
-        "npa-train-0123456789-t2", marker="/r/sbatch/npa-train-0123456789-t2.sbatch.npa-cancelled"
+        "npa-train-0123456789-t2", comment=COMMENT, marker="/r/sbatch/npa-train-0123456789-t2.sbatch.npa-cancelled"
     )
-    assert sent[0].endswith("; scancel --name=npa-train-0123456789-t2 --user=npa")
+    assert sent[0].startswith("{ mkdir -p -- /r/sbatch && : > /r/sbatch/npa-train-0123456789-t2.sbatch.npa-cancelled")
+    assert "squeue -h --user=npa --name=npa-train-0123456789-t2 -o '%A|%k'" in sent[0]
+
+
+def _fake_tools(tmp_path, squeue_out: str, squeue_rc: int = 0):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    calls = tmp_path / "calls"
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(squeue_out)}\nexit {squeue_rc}\n")
+    (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "scancel $*" >> {calls}\n')
+    for tool in ("squeue", "scancel"):
+        (bin_dir / tool).chmod(0o755)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin"}, calls
+
+
+def test_cancel_by_name_cancels_only_the_jobs_that_carry_this_try_s_proof(tmp_path):
+    """Two jobs of this account hold the name (another deployment's, a hand-made one): only the one whose comment is
+    this try's proof is cancelled. Run in real bash against stand-in tools."""
+    foreign = COMMENT[:-1] + "8"
+    listing = f"41|{foreign}\n42|{COMMENT}\n43|\n44|{COMMENT} and more\n"
+    env, calls = _fake_tools(tmp_path, listing)
+    command = commands.build_cancel_by_name("npa-x-t1", "npa", COMMENT)
+    assert subprocess.run(["bash", "-c", command], env=env).returncode == 0
+    assert calls.read_text().splitlines() == ["scancel 42"]
+
+
+def test_cancel_by_name_with_no_such_job_cancels_nothing_and_a_failed_listing_fails(tmp_path):
+    env, calls = _fake_tools(tmp_path, "")
+    command = commands.build_cancel_by_name("npa-x-t1", "npa", COMMENT)
+    assert subprocess.run(["bash", "-c", command], env=env).returncode == 0
+    assert not calls.exists()
+    env, calls = _fake_tools(tmp_path, "", squeue_rc=1)  # slurmctld did not answer: not "nothing to cancel"
+    assert subprocess.run(["bash", "-c", command], env=env).returncode == 1
+    assert not calls.exists()
 
 
 @pytest.mark.parametrize("name", ["npa-*", "a,b", "x y", ""])
 def test_cancel_by_name_refuses_a_pattern_or_a_list(name):
     with pytest.raises(NpaValidationError):
-        commands.build_cancel_by_name(name, "npa")
+        commands.build_cancel_by_name(name, "npa", COMMENT)
 
 
 @pytest.mark.parametrize("user", ["", "a b", "$(id)", "npa,root"])
 def test_cancel_by_name_refuses_an_odd_user(user):
     with pytest.raises(NpaValidationError):
-        commands.build_cancel_by_name("npa-x-t1", user)
+        commands.build_cancel_by_name("npa-x-t1", user, COMMENT)
+
+
+@pytest.mark.parametrize("comment", ["", "a b", "$(id)", "x'y", "a|b"])
+def test_cancel_by_name_refuses_an_odd_comment(comment):
+    with pytest.raises(NpaValidationError, match="comment"):
+        commands.build_cancel_by_name("npa-x-t1", "npa", comment)
 
 
 def test_cancel_origin_reads_the_marker_the_uid_and_its_user(tmp_path):
@@ -267,16 +309,17 @@ def test_the_submission_honours_a_cancel_marker_before_and_after_sbatch(tmp_path
     calls = tmp_path / "calls"
     (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho sbatch >> {calls}\ntouch {marker}\necho 42\n")
     (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "scancel $*" >> {calls}\n')
-    for tool in ("sbatch", "scancel"):
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho '42|{COMMENT}'\n")
+    for tool in ("sbatch", "scancel", "squeue"):
         (bin_dir / tool).chmod(0o755)
-    cancel = commands.build_cancel_by_name("npa-x-t1", "npa")
+    cancel = commands.build_cancel_by_name("npa-x-t1", "npa", COMMENT)
     command, stdin = build_stage_and_submit(
         [StagedFile(str(script), b"#!/bin/bash\n")], str(script), cancel_by_name=cancel
     )
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     first = subprocess.run(["bash", "-c", command], input=stdin, capture_output=True, env=env)
     assert first.returncode == 0 and b"42" in first.stdout
-    assert calls.read_text().splitlines() == ["sbatch", "scancel --name=npa-x-t1 --user=npa"]
+    assert calls.read_text().splitlines() == ["sbatch", "scancel 42"]
     again = subprocess.run(["bash", "-c", command], input=stdin, capture_output=True, env=env)
     assert again.returncode == 5 and b"NPA_SBATCH_BEGIN" not in again.stdout
-    assert calls.read_text().splitlines() == ["sbatch", "scancel --name=npa-x-t1 --user=npa"]  # nothing more
+    assert calls.read_text().splitlines() == ["sbatch", "scancel 42"]  # nothing more

@@ -41,26 +41,36 @@ def test_build_squeue_states():
     ]  # fmt: skip
 
 
-def test_find_by_name_builders():
-    assert c.build_find_by_name_sacct(["npa-a-t1", "npa-a-t2"]) == [
-        "sacct", "-X", "--parsable2", "--noheader", "-o", FIELDS, "-S", "now-7days", "--name=npa-a-t1,npa-a-t2",
+def test_find_by_name_builders_ask_for_this_user_s_jobs_with_submit_time_and_comment():
+    assert c.build_find_by_name_sacct(["npa-a-t1", "npa-a-t2"], "npa") == [
+        "env", "SLURM_TIME_FORMAT=%s", "sacct", "-X", "--parsable2", "--noheader",
+        "-o", f"{FIELDS},Submit,Comment", "-S", "now-7days", "--user=npa", "--name=npa-a-t1,npa-a-t2",
     ]  # fmt: skip
-    assert c.build_find_by_name_squeue(["npa-a-t1"]) == [
-        "squeue", "-h", "-t", "all", "--name=npa-a-t1", "-o", "%i|%A|%T|%r|%N|%j",
+    assert c.build_find_by_name_squeue(["npa-a-t1"], "npa", "b") == [
+        "env", "SLURM_TIME_FORMAT=%s", "squeue", "-h", "-t", "all", "-M", "b", "--user=npa", "--name=npa-a-t1",
+        "-o", "%i|%A|%T|%r|%N|%j|%V|%k",
     ]  # fmt: skip
 
 
 @pytest.mark.parametrize("names", [[], ["a,b"], ["a b"], ["$(x)"], [""]])
 def test_find_by_name_rejects_unsafe_names(names):
     with pytest.raises(NpaValidationError):
-        c.build_find_by_name_squeue(names)
+        c.build_find_by_name_squeue(names, "npa")
     with pytest.raises(NpaValidationError):
-        c.build_find_by_name_sacct(names)
+        c.build_find_by_name_sacct(names, "npa")
+
+
+@pytest.mark.parametrize("user", ["", "a b", "$(id)", "npa,root", "-a"])
+def test_find_by_name_refuses_an_odd_user(user):
+    with pytest.raises(NpaValidationError, match="user="):
+        c.build_find_by_name_squeue(["a"], user)
+    with pytest.raises(NpaValidationError, match="user="):
+        c.build_find_by_name_sacct(["a"], user)
 
 
 def test_find_by_name_sacct_rejects_bad_start():
     with pytest.raises(NpaValidationError, match="start="):
-        c.build_find_by_name_sacct(["a"], start="now; reboot")
+        c.build_find_by_name_sacct(["a"], "npa", start="now; reboot")
 
 
 def test_build_cancel():

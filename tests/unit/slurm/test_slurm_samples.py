@@ -8,6 +8,7 @@ import pytest
 
 from npa_airflow.common.remote_errors import scancel_nothing_to_cancel, squeue_job_id_unknown
 from npa_airflow.common.states import JobState
+from npa_airflow.exceptions import NpaParseError
 from npa_airflow.slurm import commands as c
 from npa_airflow.slurm.states import interpret_native_state
 
@@ -59,10 +60,20 @@ def test_sacct_default_width_sample_truncated_state():
 
 
 def test_find_by_name_samples():
-    by_sacct = c.parse_sacct(sample("sacct_find_by_name.txt"))
-    assert {v.job_name for v in by_sacct.values()} == {"npa-sample-ok", "npa-sample-exit7"}
-    by_squeue = c.parse_squeue(sample("squeue_find_by_name.txt"))
-    assert [(k, v.job_name, v.state) for k, v in by_squeue.items()] == [("19", "npa-sample-held", JobState.PENDING)]
+    """22.05 with Slurm's default AccountingStoreFlags: sacct has no comments, squeue always shows them (one holding
+    the field separator); both give the submit time as epoch seconds."""
+    by_sacct = c.parse_sacct(sample("sacct_find_by_name.txt"), c.FIND_SACCT_FIELDS)
+    assert [(v.job_name, v.state, v.comment, v.submitted_at) for v in by_sacct.values()] == [
+        ("npa-sample-find-ok", JobState.COMPLETE, None, 1796423060.0)
+    ]
+    by_squeue = c.parse_squeue(sample("squeue_find_by_name.txt"), c.FIND_SQUEUE_FIELDS)
+    assert [(k, v.job_name, v.state, v.comment) for k, v in by_squeue.items()] == [
+        ("10", "npa-sample-find-ok", JobState.COMPLETE, "npa1:-:0123456789abcdef01234567"),
+        ("11", "npa-sample-find-held", JobState.PENDING, "made|by hand"),
+    ]
+    assert {v.submitted_at for v in by_squeue.values()} == {1796423060.0}
+    with pytest.raises(NpaParseError):  # a line without the lookup's two extra fields is refused, never misread
+        c.parse_squeue("11|11|PENDING|JobHeldUser||name\n", c.FIND_SQUEUE_FIELDS)
 
 
 def test_squeue_sample():

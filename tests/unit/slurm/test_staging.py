@@ -150,7 +150,7 @@ def test_a_cancel_marker_shreds_the_staged_sidecar_of_the_job_that_never_runs(tm
         open(marker, "w").close()
     files = [StagedFile(str(script), b"#!/bin/bash\n"), StagedFile(str(sidecar), b"HF_TOKEN=secret\n")]
     command, stdin = build_stage_and_submit(
-        files, str(script), cancel_by_name=["scancel", "--name=job"], secret_files=[str(sidecar)]
+        files, str(script), cancel_by_name="scancel --name=job", secret_files=[str(sidecar)]
     )
     done = _bash(command, stdin, env={**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"})
     assert not sidecar.exists() and script.exists()

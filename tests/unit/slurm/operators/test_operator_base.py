@@ -20,6 +20,7 @@ from tests.harness.slurm_operator_doubles import (
     handle_dict,
     install_unit_connection,
     job,
+    legacy_name,
     make_op,
     name,
     run_execute,
@@ -66,8 +67,65 @@ def test_live_job_of_earlier_try_is_reattached_by_default():
     hook = HookDouble(existing=[job("41", name(1), JobState.RUNNING)])
     trigger = run_execute(make_op(hook), context(try_number=2))
     assert trigger.handle["job_id"] == "41" and trigger.handle["job_name"] == name(1)
-    assert ("find", (name(1), name(2))) in hook.calls
+    assert ("find", (name(1), name(2), legacy_name(1))) in hook.calls
     assert not [c for c in hook.calls if c[0] in ("submit", "cancel")]
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [None, "", "npa1:-:0123456789abcdef01234567", "made by hand"],
+    ids=["no comment", "empty", "another deployment's proof", "free text"],
+)
+@pytest.mark.parametrize("policy", ["reattach", "cancel"])
+def test_a_live_job_with_this_task_s_name_but_not_its_proof_is_never_adopted_nor_cancelled(comment, policy, capfd):
+    """Another deployment on the same account (or a hand-made job) holds the name: the try submits its own job."""
+    foreign = [job("41", name(1), JobState.RUNNING, comment=comment, source="squeue")]
+    mine_too = [job("43", name(2), JobState.PENDING, comment=comment, source="squeue")]
+    hook = HookDouble(existing=foreign + mine_too, submit_outcomes=[SubmitResult(job_id="42", cluster=None)])
+    trigger = run_execute(make_op(hook, on_previous_try=policy), context(try_number=2))
+    assert trigger.handle["job_id"] == "42" and trigger.handle["retry_of"] is None
+    assert not [c for c in hook.calls if c[0] == "cancel"]
+    logged = capfd.readouterr().out
+    warnings = [line for line in logged.splitlines() if "not this task instance's job" in line]
+    assert [w.split("Slurm job ")[1][:2] for w in warnings] == ["41", "43"]
+
+
+def test_an_ended_job_accounting_keeps_without_its_comment_is_taken_as_this_task_s():
+    """Slurm stores job comments in accounting only with AccountingStoreFlags=job_comment: an ended job only sacct
+    reports has none, and counts (it is only read); a live one is always in squeue, with its comment."""
+    ended = job("41", name(1), JobState.ERROR, "FAILED", comment=None, source="sacct")
+    hook = HookDouble(existing=[ended], submit_outcomes=[SubmitResult(job_id="42", cluster=None)])
+    trigger = run_execute(make_op(hook), context(try_number=2))
+    assert trigger.handle["retry_of"] == "41"
+
+
+def test_the_submission_carries_this_try_s_owner_proof(monkeypatch):
+    from npa_airflow.common.deployment import current_deployment
+
+    hook = HookDouble(submit_outcomes=[SubmitResult(job_id="101", cluster=None)])
+    ctx = context()
+    run_execute(make_op(hook), ctx)
+    comment = next(c for c in hook.calls if c[0] == "submit")[3]["owner_comment"]
+    assert comment == current_deployment().owner_comment(name(1), ctx["ti"].id)
+    assert str(ctx["ti"].id) in comment
+
+
+@pytest.mark.parametrize(("submitted", "adopted"), [(50.0, True), (150.0, False), (None, False)])
+def test_a_job_under_the_previous_release_s_name_is_found_once_after_the_upgrade(monkeypatch, submitted, adopted):
+    """Submitted before this deployment's identity existed (the upgrade at t=100): the next try reattaches to it. One
+    submitted after it is another deployment's, still on the previous release."""
+    from npa_airflow.common import deployment as d
+
+    monkeypatch.setattr(d, "current_deployment", lambda: d.Deployment("npa-test-deployment-key-0001", 100.0, "test"))
+    old = job("41", legacy_name(1), JobState.RUNNING, comment=None, source="squeue", submitted_at=submitted)
+    hook = HookDouble(existing=[old], submit_outcomes=[SubmitResult(job_id="42", cluster=None)])
+    trigger = run_execute(make_op(hook), context(try_number=2))
+    assert trigger.handle["job_id"] == ("41" if adopted else "42")
+    if adopted:
+        assert trigger.handle["job_name"] == legacy_name(1)
+        assert trigger.handle["script_path"] == f"/shared/results/sbatch/{legacy_name(1)}.sbatch"
+        assert trigger.handle["submitted_at"] == submitted
+    assert not [c for c in hook.calls if c[0] == "cancel"]
 
 
 def test_live_job_of_earlier_try_is_cancelled_by_option():
@@ -295,6 +353,7 @@ def test_a_kill_while_sbatch_runs_cancels_this_tries_job_by_name_and_stops_the_s
         op.execute(context())
     marker = f"/shared/results/sbatch/{name(1)}.sbatch.npa-cancelled"
     assert ("cancel_by_name", name(1), marker) in hook.calls  # this try's exact name, nothing broader
+    assert hook.cancel_by_name_comments == [next(c for c in hook.calls if c[0] == "submit")[3]["owner_comment"]]
     assert ("cancel", "101") in hook.calls  # and the id sbatch returned once the process resumed
     assert next(c for c in hook.calls if c[0] == "submit")[3]["job_name"] == name(1)  # the login host honours it
 

@@ -84,8 +84,7 @@ def main() -> None:
 
     save("sacct_states.txt", remote(c.build_sacct_states(ids)).stdout)
     save("squeue_states.txt", remote(c.build_squeue_states(ids)).stdout)
-    save("sacct_find_by_name.txt", remote(c.build_find_by_name_sacct([f"{PREFIX}-ok", f"{PREFIX}-exit7"])).stdout)
-    save("squeue_find_by_name.txt", remote(c.build_find_by_name_squeue([f"{PREFIX}-held"])).stdout)
+    capture_find_by_name()
     # The seed's fallback form: default column width truncates "CANCELLED by <uid>" to "CANCELLED+".
     save("sacct_default_width.txt", remote(["sacct", "-X", "-n", "-j", cancel, "-o", "JobID,State"]).stdout)
 
@@ -104,5 +103,19 @@ def main() -> None:
     print("job ids:", ids)
 
 
+def capture_find_by_name() -> None:
+    """Name lookups: this user's jobs of given names with their submit time and comment (the owner proof), one
+    comment holding the field separator. `capture_samples.py find` records only these."""
+    proof = "npa1:-:0123456789abcdef01234567"
+    done = submit("find-ok", "--comment", proof, "--wrap", "true")
+    held = submit("find-held", "--hold", "--comment", "made|by hand", "--wrap", "true")
+    time.sleep(8)
+    names = [f"{PREFIX}-find-ok", f"{PREFIX}-find-held"]
+    save("sacct_find_by_name.txt", remote(c.build_find_by_name_sacct(names, "npa")).stdout)
+    save("squeue_find_by_name.txt", remote(c.build_find_by_name_squeue(names, "npa")).stdout)
+    remote(["scancel", held])
+    print("find-by-name job ids:", done, held)
+
+
 if __name__ == "__main__":
-    main()
+    capture_find_by_name() if sys.argv[1:] == ["find"] else main()
