@@ -39,19 +39,16 @@ class AdoptOrLaunchMixin:
     _teardown_for: Callable[[bool], str]
 
     def try_refs(self, context: Context) -> list[TryRef]:
-        """Every try of this task instance up to the current one (oldest first): its name and its cluster."""
-        from npa_airflow.burst.task import validate_cluster_name
-        from npa_airflow.burst.tries import TryRef
-        from npa_airflow.common.naming import earlier_try_names, job_name_for
+        """Every try of this task instance up to the current one (oldest first): its name and its cluster.
+
+        The names are keyed by this deployment (`common.naming`), so another deployment's launch of the same DAG
+        run is never one of them."""
+        from npa_airflow.burst.tries import try_refs
+        from npa_airflow.common.deployment import current_deployment
 
         ti = context["ti"]
         identity = (ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", None), int(ti.try_number or 1))
-        names = [*earlier_try_names(*identity), job_name_for(*identity)]
-        pinned = validate_cluster_name(self.cluster_name) if self.cluster_name else None
-        return [
-            TryRef(number, name.lower(), pinned or validate_cluster_name(name.lower()))
-            for number, name in enumerate(names, start=1)
-        ]
+        return try_refs(identity, current_deployment(), self.cluster_name)
 
     def cluster_for(self, context: Context) -> str:
         """The cluster this try launches on: the pinned ``cluster_name``, else one named after the try."""
@@ -59,12 +56,17 @@ class AdoptOrLaunchMixin:
 
     def adopt_or_launch(self, hook: SkyPilotHook, context: Context, task: dict[str, Any], nodes: int) -> BurstJobHandle:
         """The launch this try waits for (adopted or new), pushed to XCom before any wait so a kill can find it."""
-        from npa_airflow.burst.tries import observe_tries, plan
+        from npa_airflow.burst.tries import legacy_try_refs, observe_tries, plan, upgraded_from
         from npa_airflow.common.background_loop import run_sync
+        from npa_airflow.common.deployment import current_deployment
 
         refs = self.try_refs(context)
+        ti = context["ti"]
+        key = (ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", None))
+        legacy = legacy_try_refs(key, refs, self.cluster_name)
         with hook:
-            steps = plan(run_sync(observe_tries(hook, refs)), refs[-1].try_number, self.on_previous_try)
+            seen = upgraded_from(run_sync(observe_tries(hook, [*refs, *legacy])), current_deployment())
+            steps = plan(seen, refs[-1].try_number, self.on_previous_try)
             for found in steps.cancel:
                 self.log.info(
                     "Cancelling the launch/job of try %d on cluster %s (%s)",

@@ -24,6 +24,10 @@ from npa_airflow.common.remote_errors import skypilot_cluster_gone
 
 if TYPE_CHECKING:
     from npa_airflow.burst.hook import SkyPilotHook
+    from npa_airflow.common.deployment import Deployment
+
+# (dag_id, task_id, run_id, map_index) of a task instance.
+TaskInstanceKey = tuple[str, str, str, "int | None"]
 
 
 @dataclass(frozen=True)
@@ -33,10 +37,51 @@ class TryRef:
     try_number: int
     try_name: str
     cluster: str
+    legacy: bool = False  # named as releases before the deployment key named it (`common.naming`)
 
     @property
     def pinned(self) -> bool:
         return self.cluster != self.try_name
+
+
+def try_refs(
+    identity: tuple[str, str, str, int | None, int], deployment: Deployment, pinned: str | None
+) -> list[TryRef]:
+    """Tries 1 .. the current one of the task instance ``identity`` (dag, task, run, map index, try), oldest first:
+    the name this deployment gives each, and its cluster (the pinned ``cluster_name``, else the name)."""
+    from npa_airflow.burst.task import validate_cluster_name
+    from npa_airflow.common.naming import earlier_try_names, job_name_for
+
+    names = [*earlier_try_names(*identity, deployment=deployment), job_name_for(*identity, deployment=deployment)]
+    cluster = validate_cluster_name(pinned) if pinned else None
+    return [
+        TryRef(number, name.lower(), cluster or validate_cluster_name(name.lower()))
+        for number, name in enumerate(names, start=1)
+    ]
+
+
+def legacy_try_refs(key: TaskInstanceKey, refs: Sequence[TryRef], pinned: str | None) -> list[TryRef]:
+    """The earlier tries of ``refs`` under the naming before the deployment key (found once after the upgrade)."""
+    from npa_airflow.burst.task import validate_cluster_name
+    from npa_airflow.common.naming import legacy_earlier_try_names
+
+    names = legacy_earlier_try_names(*key, len(refs))
+    cluster = validate_cluster_name(pinned) if pinned else None
+    return [
+        TryRef(number, name.lower(), cluster or validate_cluster_name(name.lower()), legacy=True)
+        for number, name in enumerate(names, start=1)
+    ]
+
+
+def upgraded_from(found: Sequence[TryLaunch], deployment: Deployment) -> list[TryLaunch]:
+    """``found`` without what its legacy refs found unless launched before this deployment's identity existed
+    (before the upgrade): a later launch under an old name is another deployment's, still on the old release."""
+    created = deployment.created_at
+
+    def before_upgrade(t: TryLaunch) -> bool:
+        return created is not None and t.submitted_at is not None and t.submitted_at < created
+
+    return [t for t in found if not t.ref.legacy or (t.found and before_upgrade(t))]
 
 
 @dataclass(frozen=True)

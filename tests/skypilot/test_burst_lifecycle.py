@@ -21,7 +21,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from npa_airflow.burst import client as sky
-from npa_airflow.common.naming import job_name_for
+from tests.harness.airflow_tasks import job_name as job_name_for
 from tests.harness.airflow_tasks import submit_deferred, task_context
 from tests.harness.tcp_proxy import TcpProxy
 from tests.skypilot.conftest import SLURM_INFRA, wait_no_slurm_jobs
