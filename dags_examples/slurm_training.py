@@ -10,7 +10,8 @@
 - probe: a 2-node all-reduce under the image's torchrun (NCCL on GPUs, gloo on CPUs); on a hang it retries
   with the next NCCL knob set and caches the set that works, so later runs skip it.
 - train: the multi-node job, in the converted image, with the probe's environment; it waits deferred (no
-  worker slot held) and succeeds only with the success marker status.json.
+  worker slot held) and succeeds only with the success marker status.json. The container sees its results dir
+  and the dataset (an input) without asking, and the staged code where it is mounted, each at its host path.
 - collect: reads the success marker and the metrics the job wrote.
 
 It runs as-is on the local test cluster (`dev/cluster up`): partition `gpu` (g1, g2: fake GPUs, so torch
@@ -124,9 +125,10 @@ with DAG(
 
         hook = SlurmHook(CONN_ID)
         root = hook.config.results_root
-        path = f"{root}/code/slurm_training/train.py"
+        code_dir = f"{root}/code/slurm_training"
+        path = f"{code_dir}/train.py"
         hook.stage([StagedFile(path, TRAIN_PY.encode(), 0o644)])
-        return {"script": path, "mount": f"{root}:{root}"}
+        return {"script": path, "mount": code_dir}  # a container sees the code only where it is mounted
 
     code = stage_code()
 

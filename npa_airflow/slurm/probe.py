@@ -8,6 +8,7 @@ that works is cached per cluster and partition, so later runs skip the probe.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.container import container_srun_options
 from npa_airflow.slurm.enroot import directive_path, render_template
 from npa_airflow.slurm.images import require_sqsh_image
 
@@ -98,10 +100,11 @@ class ProbeSpec:
     gpus_per_node: int = 0
     procs_per_node: int = 1
     image: str | None = None
-    mounts: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()  # --container-mounts entries (container.merge_mounts)
     env: dict[str, str] = field(default_factory=dict)
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     account: str | None = None
+    workdir: str | None = None  # where the probe starts in the container; None = the script's directory
 
     def __post_init__(self) -> None:
         validate_job_name(self.job_name)
@@ -124,6 +127,10 @@ class ProbeSpec:
         for mount in self.mounts:
             if not mount or "," in mount or any(c in mount for c in "\n\r\x00") or not mount.startswith("/"):
                 raise NpaValidationError(f"mounts: {mount!r} must be SRC[:DST[:FLAGS]] with an absolute SRC")
+        if self.workdir is not None and (
+            not self.workdir.startswith("/") or any(c in self.workdir for c in "\n\r\x00")
+        ):
+            raise NpaValidationError(f"workdir={self.workdir!r} must be an absolute path inside the container")
         validate_env(self.env, "env")
         directive_path(self.stdout_path, "stdout_path")
         directive_path(self.stderr_path, "stderr_path")
@@ -133,12 +140,13 @@ class ProbeSpec:
         return -(-self.timeout_seconds // 60) + 2
 
     def container_args(self) -> list[str]:
+        """The Pyxis options as shell words: the mounts, the working directory, and every name the probe job
+        exports on the host (its own values win over an image's ENV)."""
         if self.image is None:
             return []
-        args = [f"--container-image={self.image}"]
-        if self.mounts:
-            args.append(f"--container-mounts={','.join(self.mounts)}")
-        return args
+        workdir = self.workdir or posixpath.dirname(self.script_path)
+        names = ("MASTER_ADDR", "MASTER_PORT", *sorted(self.env))
+        return container_srun_options(self.image, self.mounts, workdir, names)
 
 
 def render_probe_script(spec: ProbeSpec) -> str:

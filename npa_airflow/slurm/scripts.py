@@ -2,7 +2,8 @@
 
 ``render_sbatch`` is pure: same spec, same text (the operator shows it as a template field). The
 single-node template runs pre -> primary (under the child timeout) -> post -> leader post in one srun
-step; the multi-node template extends it with the rendezvous variables. ``lint_script`` looks for
+step (in the image's container when the spec has one: see container.py); the multi-node template extends it
+with the rendezvous variables. ``lint_script`` looks for
 credentials that must never be in a script, ``bash_syntax_check`` runs ``bash -n`` locally.
 """
 
@@ -15,10 +16,15 @@ from collections.abc import Iterable
 
 from npa_airflow.common.templates import template_env
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.container import container_srun_options, merge_mounts
 from npa_airflow.slurm.spec import MASTER_PORT, MAX_SCRIPT_BYTES, SbatchSpec
 
 SINGLENODE_TEMPLATE = "slurm/singlenode.sbatch.j2"
 MULTINODE_TEMPLATE = "slurm/multinode.sbatch.j2"
+# What the templates export on the host before srun: in a container these keep the job's values where the image
+# sets the same names (--container-env). The other rendezvous variables are exported in the step itself.
+JOB_ENV_NAMES = ("NPA_RESULTS_DIR", "NPA_CHILD_EXIT_CODE_FILE", "NPA_CHILD_TIMEOUT_SECONDS")
+RENDEZVOUS_ENV_NAMES = ("MASTER_ADDR",)
 
 
 def sbatch_directives(spec: SbatchSpec) -> list[str]:
@@ -50,13 +56,25 @@ def sbatch_directives(spec: SbatchSpec) -> list[str]:
 
 
 def srun_arguments(spec: SbatchSpec) -> list[str]:
-    """srun options, already shell-quoted: one task per node, in the container when an image is set."""
-    args = [f"--ntasks={spec.nodes}", "--ntasks-per-node=1"]
-    if spec.image:
-        args.append(f"--container-image={spec.image}")
-        if spec.container_mounts:
-            args.append(f"--container-mounts={','.join(spec.container_mounts)}")
-    return [shlex.quote(a) for a in args]
+    """srun options, already shell-quoted: one task per node."""
+    return [shlex.quote(a) for a in (f"--ntasks={spec.nodes}", "--ntasks-per-node=1")]
+
+
+def container_arguments(spec: SbatchSpec) -> list[str]:
+    """The step's Pyxis options as shell words (none without an image): the results dir and inputs mounted at
+    the same path before the author's mounts, the working directory, and every name the job exports. The
+    results dir is written as the script's own ``"${NPA_RESULTS_DIR}"`` (shorter, and the same value)."""
+    if not spec.image:
+        return []
+
+    def quote(value: str) -> str:
+        return '"${NPA_RESULTS_DIR}"' if value == spec.results_dir else shlex.quote(value)
+
+    mounts = merge_mounts((spec.results_dir, *spec.inputs), spec.container_mounts)
+    rendezvous = RENDEZVOUS_ENV_NAMES if spec.multinode else ()
+    names = (*JOB_ENV_NAMES, *rendezvous, *spec.environment, *spec.secret_env_names)
+    workdir = spec.container_workdir or spec.results_dir
+    return container_srun_options(spec.image, mounts, workdir, names, quote)
 
 
 def render_sbatch(spec: SbatchSpec) -> str:
@@ -84,6 +102,7 @@ def render_sbatch(spec: SbatchSpec) -> str:
         post_commands=[c.rstrip("\n") for c in spec.post_commands],
         leader_post_commands=[c.rstrip("\n") for c in spec.leader_post_commands],
         srun_args=srun_arguments(spec),
+        container_args=container_arguments(spec),
     )
 
 

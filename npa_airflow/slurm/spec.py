@@ -9,6 +9,9 @@ Log files: Slurm does not create the directory of ``--output``/``--error``. The 
 concrete paths, by default ``<log_dir>/<job_name>/main.out`` and ``main.err`` (the job name is unique
 per try), and the operator creates ``log_dirs`` before submitting. ``%j``/``%x`` are allowed in the
 file name only.
+
+Containers: with an image, the results directory and ``inputs`` are mounted at the same path and the step
+starts in ``container_workdir`` (default: the results directory); see container.py for what a step sees.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.container import check_mountable
 from npa_airflow.slurm.handle import CLUSTER_RE
 
 DEFAULT_NODES = 1
@@ -248,7 +252,10 @@ class SbatchSpec:
     timeout_hours: float | None = None  # None = 95 % of time_hours
     max_time_hours: float | None = DEFAULT_MAX_TIME_HOURS  # the partition's MaxTime; None = unlimited
     image: str | None = None  # a .sqsh path; None = no container
-    container_mounts: tuple[str, ...] = ()
+    container_mounts: tuple[str, ...] = ()  # the author's, on top of the job's own paths (container.py)
+    container_workdir: str | None = None  # where the step starts in the container; None = results_dir
+    inputs: tuple[str, ...] = ()  # shared paths the job reads: mounted into the container at the same path
+    secret_env_names: tuple[str, ...] = ()  # the names the sidecar exports (their values never come here)
     environment: Mapping[str, str] = field(default_factory=dict)
     extra_sbatch: tuple[str, ...] = ()
     requeue: bool = True
@@ -349,19 +356,36 @@ class SbatchSpec:
             _check_text("container_mounts", mount, allow_newlines=False)
             parts = mount.split(":")
             ok = (
-                len(parts) in (2, 3)
+                len(parts) in (1, 2, 3)
                 and all(p.startswith("/") and "," not in p and " " not in p for p in parts[:2])
-                and (len(parts) == 2 or bool(MOUNT_FLAG_RE.fullmatch(parts[2])))
+                and (len(parts) < 3 or bool(MOUNT_FLAG_RE.fullmatch(parts[2])))
             )
             if not ok:
                 raise _fail(
                     "container_mounts",
                     mount,
-                    "each mount is /source:/target[:flags] with absolute paths, no commas or spaces",
+                    "each mount is /source[:/target[:flags]] with absolute paths, no commas or spaces",
                 )
         if mounts and image is None:
             raise _fail("container_mounts", list(mounts), "container mounts need an image; set image or drop them")
         put("container_mounts", mounts)
+        inputs = tuple(
+            dict.fromkeys(
+                normalize_storage_path(p, f"SbatchSpec.inputs[{i}]")
+                for i, p in enumerate(_str_tuple("inputs", self.inputs))
+            )
+        )
+        put("inputs", inputs)
+        workdir = self.container_workdir
+        if workdir is not None:
+            if image is None:
+                raise _fail("container_workdir", workdir, "a container working directory needs an image")
+            if not _check_text("container_workdir", workdir, allow_newlines=False).startswith("/"):
+                raise _fail("container_workdir", workdir, "must be an absolute path inside the container")
+        if image is not None:  # the job's own paths are mounted into the container at the same place
+            check_mountable(self.results_dir, "SbatchSpec.results_dir")
+            for index, path in enumerate(inputs):
+                check_mountable(path, f"SbatchSpec.inputs[{index}]")
 
     def _check_environment(self, put: Any) -> None:
         if not isinstance(self.environment, Mapping):
@@ -395,6 +419,11 @@ class SbatchSpec:
             if not self.placeholders_bound:
                 check_placeholders(env[name], f"SbatchSpec.environment[{name!r}]")
         put("environment", env)
+        secret_names = _str_tuple("secret_env_names", self.secret_env_names)
+        for name in secret_names:
+            if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name) or name in RESERVED_ENV:
+                raise _fail("secret_env_names", name, "must be variable names the template does not set itself")
+        put("secret_env_names", tuple(dict.fromkeys(secret_names)))
 
     def _check_commands(self, put: Any) -> None:
         if not isinstance(self.placeholders_bound, bool):

@@ -282,4 +282,10 @@ CASES: list[Case] = [
          lambda: slurm_task(extra_sbatch=["--clusters=b"]), ("--clusters=b", '"cluster_name": "b"', "slurm_conn_id")),
     Case("extra-sbatch-M", f"{S}(extra_sbatch=)", "['-M', 'b']",
          lambda: slurm_task(extra_sbatch=["-M", "b"]), ("'-M'", '"cluster_name": "b"', "slurm_conn_id")),
+    # -- what a container sees --------------------------------------------------------------------------------
+    Case("input-unmountable", f"{S}(inputs=)", "['/shared/data,v2'] with an image",
+         lambda: slurm_task(image="/sqsh/x.sqsh", inputs=["/shared/data,v2"]),
+         ("/shared/data,v2", "cannot be mounted into the container", "','")),
+    Case("workdir-relative", f"{S}(container_workdir=)", "work with an image",
+         lambda: slurm_task(image="/sqsh/x.sqsh", container_workdir="work"), ("'work'", "absolute path inside")),
 ]  # fmt: skip

@@ -166,6 +166,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         self, job_name: str, exclude_nodes: Sequence[str], env: JobEnvironment, step: Mapping[str, Any]
     ) -> PreparedJob:
         """The probe job with knob set `step["knob_index"]`."""
+        from npa_airflow.slurm.container import merge_mounts
         from npa_airflow.slurm.probe import ProbeSpec, probe_source, render_probe_script, validate_env
         from npa_airflow.slurm.staging import StagedFile
 
@@ -173,7 +174,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         root = results_root_for(cfg, self.results_root, self.slurm_conn_id)
         results_dir = f"{root}/{job_name}"
         script_path = f"{results_dir}/nccl_allreduce_probe.py"
-        mounts = tuple(dict.fromkeys([f"{results_dir}:{results_dir}", *self.container_mounts]))
+        mounts = merge_mounts((results_dir,), self.container_mounts)  # the probe script lives in results_dir
         spec = ProbeSpec(
             job_name=job_name,
             partition=self._partition(cfg),
@@ -186,6 +187,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
             procs_per_node=self.procs_per_node,
             image=self.image,
             mounts=mounts if self.image else (),
+            workdir=results_dir if self.image else None,
             env={**validate_env(self.extra_env, "extra_env"), **self.knob_sets[int(step["knob_index"])]},
             timeout_seconds=self.timeout_seconds,
         )

@@ -26,7 +26,12 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
     `{config_path}` are bound in commands and environment.
 
     :param inputs: datasets/files the job reads (`lustre:///abs/path` or absolute shared paths); each is
-        checked with `test -e` on the cluster before anything is written.
+        checked with `test -e` on the cluster before anything is written, and in a container it is mounted at
+        the same path (as are the results dir and `config_path`).
+    :param container_mounts: extra Pyxis mounts (`/src[:/dst[:flags]]`) on top of the job's own paths; one with
+        the same target as a job path replaces that mount.
+    :param container_workdir: where the step starts in the container (`--container-workdir`); default: the
+        results dir, so a relative path in `command` resolves there.
     :param secret_env: {ENV_NAME: "var:VARIABLE" | "conn:CONN_ID[:field]"}: session credentials written to
         a mode-600 sidecar the job sources and shreds; never in the script, logs, XCom or template fields.
     :param exclude_nodes: nodes never to use (bad nodes from infrastructure failures are added per try).
@@ -46,6 +51,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         "account",
         "image",
         "container_mounts",
+        "container_workdir",
         "extra_sbatch",
         "pre_commands",
         "post_commands",
@@ -76,6 +82,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         account: str | None = None,
         image: str | None = None,
         container_mounts: Sequence[str] = (),
+        container_workdir: str | None = None,
         environment: Mapping[str, str] | None = None,
         extra_sbatch: Sequence[str] = (),
         requeue: bool = True,
@@ -103,6 +110,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         self.account = account
         self.image = image
         self.container_mounts = list(container_mounts)
+        self.container_workdir = container_workdir
         # May be an XComArg (e.g. the NCCL probe's output): resolved when the template fields render.
         self.environment = environment if environment is not None else {}
         self.extra_sbatch = list(extra_sbatch)
@@ -170,6 +178,9 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             account=self.account or cfg.account,
             image=self.image,
             container_mounts=tuple(self.container_mounts),
+            container_workdir=self.container_workdir or None,
+            inputs=tuple(self.mounted_paths(results_dir)),
+            secret_env_names=tuple(sorted(self.secret_env)),
             environment=dict(self.environment) if isinstance(self.environment, Mapping) else self.environment,
             extra_sbatch=tuple(self.extra_sbatch),
             pre_commands=tuple(self.pre_commands),
@@ -185,6 +196,19 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         from npa_airflow.slurm.spec import normalize_storage_path
 
         return [normalize_storage_path(p, f"inputs[{i}]") for i, p in enumerate(self.inputs)]
+
+    def mounted_paths(self, results_dir: str) -> list[str]:
+        """What the job reads besides its results dir: the inputs, and a shared-storage `config_path` unless it is
+        inside the results dir (then the job writes it). Each must exist before submission; a container sees each
+        at the same path."""
+        from npa_airflow.slurm.spec import STORAGE_SCHEMES, normalize_storage_path
+
+        paths = self.required_inputs()
+        if self.config_path and self.config_path.startswith(("/", *STORAGE_SCHEMES)):
+            config = normalize_storage_path(self.config_path, "config_path")
+            if not config.startswith(results_dir.rstrip("/") + "/"):
+                paths.append(config)
+        return list(dict.fromkeys(paths))
 
     def render_template_fields(self, context: Context, jinja_env: jinja2.Environment | None = None) -> None:
         super().render_template_fields(context, jinja_env)
@@ -244,7 +268,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             stdout_path=spec.stdout_path,
             stderr_path=spec.stderr_path,
             mkdirs=(*spec.log_dirs, spec.results_dir),
-            required_paths=tuple(self.required_inputs()),
+            required_paths=spec.inputs,
             files=tuple(files),
             wall_seconds=spec.time_minutes * 60,
             partition=spec.partition,

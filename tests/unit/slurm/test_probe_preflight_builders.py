@@ -83,7 +83,8 @@ def test_render_probe_in_container_with_knobs() -> None:
     assert "export NCCL_P2P_DISABLE=1\nexport NCCL_SOCKET_IFNAME=eth0\n" in script
     assert (
         "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=/shared/sqsh/pt.sqsh "
-        "--container-mounts=/shared/npa/probe:/shared/npa/probe \\" in script
+        "--container-mounts=/shared/npa/probe:/shared/npa/probe --container-workdir=/shared/npa/probe "
+        "--container-env=MASTER_ADDR,MASTER_PORT,NCCL_P2P_DISABLE,NCCL_SOCKET_IFNAME \\" in script
     )
     assert "timeout --signal=TERM --kill-after=10 120 \\" in script
     assert "--nproc-per-node=8" in script

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -19,6 +20,7 @@ from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.scripts import (
     assert_script_clean,
     bash_syntax_check,
+    container_arguments,
     lint_script,
     render_sbatch,
     sbatch_directives,
@@ -112,7 +114,7 @@ def test_multinode_is_a_strict_superset_of_single_node():
             continue
         assert line in multi_lines, line
     needles = ["#SBATCH --wait-all-nodes=1", "#SBATCH --ntasks-per-node=1", "export WORLD_SIZE=2"]
-    needles += ["export MASTER_PORT=29500", 'NODE_RANK="${SLURM_NODEID}"', "TAO_NODE_COUNT", "TAO_NODE_RANK"]
+    needles += [" MASTER_PORT=29500 ", 'NODE_RANK="${SLURM_NODEID}"', "TAO_NODE_COUNT", "TAO_NODE_RANK"]
     for needle in needles:
         assert needle in multi and needle not in single
 
@@ -248,10 +250,12 @@ esac
 """
 
 
-def run_script(tmp_path: Path, spec: SbatchSpec) -> tuple[subprocess.CompletedProcess[str], Path]:
+def run_script(
+    tmp_path: Path, spec: SbatchSpec, srun: str = SRUN_STANDIN, **env_extra: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
-    for name, text in (("srun", SRUN_STANDIN), ("scontrol", SCONTROL_STANDIN)):
+    for name, text in (("srun", srun), ("scontrol", SCONTROL_STANDIN)):
         (bindir / name).write_text(text)
         (bindir / name).chmod(0o755)
     script = tmp_path / "job.sbatch"
@@ -262,6 +266,7 @@ def run_script(tmp_path: Path, spec: SbatchSpec) -> tuple[subprocess.CompletedPr
         "SLURM_JOB_NODELIST": "c[1-2]",
         "NPA_TEST_DIR": str(tmp_path),
         "HOME": str(tmp_path),
+        **env_extra,
     }
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60, check=False)
     return proc, Path(spec.results_dir)
@@ -371,7 +376,9 @@ def test_multi_node_rendezvous_and_leader_only_post(tmp_path):
     ]
     assert trace(tmp_path) == ["pre-0", "post-0", "leader-0", "pre-1", "post-1"]
     assert (tmp_path / "srun-args").read_text().split() == [
-        "--ntasks=2", "--ntasks-per-node=1", "--container-image=/sqsh/x.sqsh", "--container-mounts=/a:/b",
+        "--ntasks=2", "--ntasks-per-node=1", "--container-image=/sqsh/x.sqsh",
+        f"--container-mounts=/a:/b,{results}", f"--container-workdir={results}",
+        "--container-env=NPA_RESULTS_DIR,NPA_CHILD_EXIT_CODE_FILE,NPA_CHILD_TIMEOUT_SECONDS,MASTER_ADDR",
     ]  # fmt: skip
     assert (results / "status.json").exists()
 
@@ -383,3 +390,90 @@ def test_one_failing_node_fails_the_job(tmp_path):
     assert (results / "child_exit_code").read_text() == "5\n"
     assert not (results / "status.json").exists()
     assert stat.S_ISREG((results / "child_exit_code").stat().st_mode)
+
+
+# --------------------------------------------------------------------------------------------- containers
+
+PYXIS_SRUN_DOUBLE = r"""#!/bin/bash
+# Test double for srun under Pyxis (no Slurm, no container here), for its environment and directory rules only:
+# the "image" sets every NAME=VALUE of $NPA_TEST_IMAGE_ENV, overriding the job's value unless --container-env
+# lists NAME; the step starts in --container-workdir (else $HOME, as for an image without a WORKDIR).
+n=1 keep=, workdir=$HOME
+while [[ $# -gt 0 && $1 == --* ]]; do
+  case $1 in
+    --ntasks=*) n=${1#--ntasks=} ;;
+    --container-env=*) keep=,${1#--container-env=}, ;;
+    --container-workdir=*) workdir=${1#--container-workdir=} ;;
+  esac
+  printf '%s\n' "$1" >> "$NPA_TEST_DIR/srun-args"
+  shift
+done
+for pair in $NPA_TEST_IMAGE_ENV; do
+  [[ $keep == *",${pair%%=*},"* ]] || export "$pair"
+done
+cd "$workdir" || exit 1
+rc=0
+for ((i = 0; i < n; i++)); do
+  SLURM_NODEID=$i SLURM_PROCID=$i SLURMD_NODENAME=c$((i + 1)) "$@" || { r=$?; ((r > rc)) && rc=$r; }
+done
+exit $rc
+"""
+IMAGE_ENV = (
+    "WORLD_SIZE NUM_GPU_PER_NODE MASTER_ADDR MASTER_PORT NODE_RANK TAO_NODE_COUNT TAO_GPUS_PER_NODE TAO_NODE_RANK "
+    "NPA_RESULTS_DIR NPA_CHILD_EXIT_CODE_FILE NPA_CHILD_TIMEOUT_SECONDS RUN_NOTE HF_TOKEN"
+).split()
+
+
+def test_job_variables_win_over_an_images_env_and_the_step_starts_in_the_results_dir(tmp_path):
+    """An image that sets every variable the job sets (Pyxis lets its ENV win unless --container-env lists the
+    name): the command still sees the job's values, and a relative path lands in the results dir."""
+    sidecar = tmp_path / "job.env"
+    sidecar.write_text("export HF_TOKEN=from-the-sidecar\n")
+    sidecar.chmod(0o600)
+    seen = tmp_path / "seen"
+    names = " ".join(f"{n}=${n}" for n in IMAGE_ENV)
+    spec = make(
+        tmp_path, f'echo "{names}" >> {seen}; echo here >> relative.txt', nodes=2, gpus_per_node=2,
+        image="/sqsh/x.sqsh", environment={"RUN_NOTE": "from-the-job"}, env_file=str(sidecar),
+        secret_env_names=("HF_TOKEN",),
+    )  # fmt: skip
+    image_env = " ".join(f"{n}=image" for n in IMAGE_ENV)
+    proc, results = run_script(tmp_path, spec, PYXIS_SRUN_DOUBLE, NPA_TEST_IMAGE_ENV=image_env)
+    assert proc.returncode == 0, proc.stderr
+    rows = [dict(pair.split("=", 1) for pair in line.split(" ")) for line in seen.read_text().splitlines()]
+    for rank, row in enumerate(rows):
+        assert "image" not in row.values(), row
+        assert row["NODE_RANK"] == row["TAO_NODE_RANK"] == str(rank)
+        assert row["WORLD_SIZE"] == row["TAO_NODE_COUNT"] == "2" and row["NUM_GPU_PER_NODE"] == "2"
+        assert (row["MASTER_ADDR"], row["MASTER_PORT"]) == ("c1", "29500")
+        assert row["NPA_RESULTS_DIR"] == str(results) and row["HF_TOKEN"] == "from-the-sidecar"
+        assert row["RUN_NOTE"] == "from-the-job"
+    assert len(rows) == 2 and (results / "relative.txt").read_text() == "here\nhere\n"
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_every_name_the_script_exports_before_srun_is_kept_in_the_container(nodes):
+    """Guards the template and JOB_ENV_NAMES together: a new host-side export must join --container-env."""
+    spec = SbatchSpec(
+        job_name="j", command="true", log_dir="/l", results_dir="/r", nodes=nodes, image="/i.sqsh",
+        environment={"B_VAR": "1", "A_VAR": "2"}, env_file="/s/.env", secret_env_names=("HF_TOKEN",),
+    )  # fmt: skip
+    script = render_sbatch(spec)
+    exported = {m.group(1) for m in re.finditer(r"^export ([A-Za-z_][A-Za-z0-9_]*)=", script, re.M)}
+    listed = re.search(r"--container-env=(\S+)", script).group(1).split(",")
+    assert exported | {"HF_TOKEN"} == set(listed) and len(listed) == len(set(listed))
+
+
+def test_container_arguments_mount_inputs_and_honour_an_explicit_workdir():
+    spec = SbatchSpec(
+        job_name="j", command="true", log_dir="/l", results_dir="/shared/results/j", image="/i.sqsh",
+        inputs=("lustre:///shared/data/set", "/shared/results/j/in"), container_workdir="/work dir",
+        container_mounts=("/code:/code:ro",),
+    )  # fmt: skip
+    assert spec.inputs == ("/shared/data/set", "/shared/results/j/in")
+    args = container_arguments(spec)
+    assert args[1:3] == [
+        '--container-mounts=/code:/code:ro,"${NPA_RESULTS_DIR}",/shared/data/set',
+        "--container-workdir='/work dir'",
+    ]
+    assert container_arguments(SbatchSpec(job_name="j", command="true", log_dir="/l", results_dir="/r")) == []

@@ -137,6 +137,36 @@ def test_sqsh_image_and_mounts():
             spec(image="/x.sqsh", container_mounts=[bad])
     with pytest.raises(NpaValidationError, match="need an image"):
         spec(container_mounts=["/a:/b"])
+    assert spec(image="/x.sqsh", container_mounts=["/shared/code"]).container_mounts == ("/shared/code",)
+
+
+def test_container_paths_and_workdir():
+    s = spec(
+        image="/x.sqsh", inputs=["lustre:///shared/data", "/shared/data", "/shared/cfg.yaml"], container_workdir="/w"
+    )
+    assert s.inputs == ("/shared/data", "/shared/cfg.yaml") and s.container_workdir == "/w"
+    with pytest.raises(NpaValidationError, match=r"container_workdir.*needs an image"):
+        spec(container_workdir="/w")
+    with pytest.raises(NpaValidationError, match=r"container_workdir.*absolute path inside the container"):
+        spec(image="/x.sqsh", container_workdir="w")
+    with pytest.raises(NpaValidationError, match="relative"):
+        spec(inputs=["data"])
+    # Without an image any path works; with one, the job's own paths must be mountable by Pyxis.
+    assert spec(results_dir="/shared/a,b", inputs=["/in:put"]).inputs == ("/in:put",)
+    with pytest.raises(NpaValidationError, match=r"results_dir='/shared/a,b' cannot be mounted"):
+        spec(image="/x.sqsh", results_dir="/shared/a,b")
+    with pytest.raises(NpaValidationError, match=r"inputs\[0\]='/in put' cannot be mounted"):
+        spec(image="/x.sqsh", inputs=["/in put"])
+
+
+def test_secret_env_names():
+    assert spec(secret_env_names=["HF_TOKEN", "HF_TOKEN", "WANDB_API_KEY"]).secret_env_names == (
+        "HF_TOKEN",
+        "WANDB_API_KEY",
+    )
+    for bad in ("1X", "MASTER_ADDR", "A-B"):
+        with pytest.raises(NpaValidationError, match="secret_env_names"):
+            spec(secret_env_names=[bad])
 
 
 def test_environment_is_sorted_and_stringified():

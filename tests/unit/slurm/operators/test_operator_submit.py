@@ -121,3 +121,31 @@ def test_secret_values_reach_the_sidecar_byte_for_byte():
         ["bash", "-c", sidecar.data.decode() + 'printf %s "$NPA_SECRET"'], capture_output=True, check=True
     )
     assert done.stdout == secrets["NPA_SECRET"].encode()
+
+
+def test_a_container_step_sees_its_results_dir_inputs_and_config_at_the_same_path():
+    from npa_airflow.slurm.operators.job import JobEnvironment
+
+    op = make_op(
+        HookDouble(),
+        image="/shared/sqsh/pt.sqsh",
+        inputs=["lustre:///shared/data/set"],
+        config_path="/shared/configs/run.yaml",
+        container_mounts=["/shared/code:/code:ro"],
+        secret_env={"HF_TOKEN": "conn:hf"},
+        environment={"RUN_NOTE": "x"},
+    )
+    job = op.prepare_job(name(1), (), JobEnvironment(config=op._connection_config(), secrets={"HF_TOKEN": "t0k3n"}), {})
+    results = f"/shared/results/{name(1)}"
+    assert job.required_paths == ("/shared/data/set", "/shared/configs/run.yaml")  # checked before submission
+    assert (
+        '  --container-mounts=/shared/code:/code:ro,"${NPA_RESULTS_DIR}",/shared/data/set,/shared/configs/run.yaml \\\n'
+        '  --container-workdir="${NPA_RESULTS_DIR}" \\\n'
+        "  --container-env=NPA_RESULTS_DIR,NPA_CHILD_EXIT_CODE_FILE,NPA_CHILD_TIMEOUT_SECONDS,RUN_NOTE,HF_TOKEN \\\n"
+    ) in job.script
+    assert f"export NPA_RESULTS_DIR={results}\n" in job.script
+
+    # A config the job writes into its own results dir is neither checked beforehand nor mounted twice.
+    inside = make_op(HookDouble(), image="/i.sqsh", config_path=f"{results}/cfg.yaml", container_workdir="/ws")
+    job = inside.prepare_job(name(1), (), JobEnvironment(config=inside._connection_config()), {})
+    assert job.required_paths == () and "  --container-workdir=/ws \\\n" in job.script
