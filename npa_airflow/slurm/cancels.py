@@ -30,11 +30,23 @@ ENDED = "ended"  # the job had already ended: nothing left to cancel
 
 @dataclass(frozen=True)
 class CancelRequest:
-    """One job to cancel: its id, Airflow's cancel marker to create first, its secret files to shred."""
+    """One job to cancel: its id, Airflow's cancel marker to create first, its secret files to shred.
+
+    With ``job_name``, the id is cancelled only if it is a job of the connection's user with that name: an id read
+    from somewhere else (a handle in XCom) cannot make the cancel reach another task's or another user's job.
+    """
 
     job_id: str
     marker: str | None = None
     shred: tuple[str, ...] = ()
+    job_name: str | None = None
+
+
+def _not_this_job(request: CancelRequest, why: str) -> NpaCancelFailed:
+    return NpaCancelFailed(
+        f"not cancelling Slurm job {request.job_id}: it was to be {request.job_name}, but it {why}. Nothing was "
+        "cancelled; the id came from a handle that does not belong to this job."
+    )
 
 
 def _unchecked(job_ids: Sequence[str], error_text: str) -> NpaRemoteError:
@@ -73,8 +85,11 @@ class CancelCommands:
     atarget_cluster: Callable[[], Awaitable[str | None]]
     ashred: Callable[[Sequence[str]], Awaitable[None]]
 
-    async def acancel(self, job_id: str, *, marker: str | None = None, shred: Sequence[str] = ()) -> str:
-        """scancel ``job_id`` (creating ``marker`` first); return CANCELLED or ENDED.
+    async def acancel(
+        self, job_id: str, *, job_name: str | None = None, marker: str | None = None, shred: Sequence[str] = ()
+    ) -> str:
+        """scancel ``job_id`` (creating ``marker`` first); return CANCELLED or ENDED. With ``job_name``, only if
+        ``job_id`` is the connection user's job of that name (see :class:`CancelRequest`).
 
         ``shred``: the job's secret files (its sidecar). A cancelled or ended job never runs again, so they go
         in scancel's round trip when it succeeds, else once the job is known to have ended.
@@ -83,7 +98,7 @@ class CancelCommands:
         nothing was cancelled: scancel refused, or the cluster does not know the job and accounting does not
         show it finished (a wrong job id or cluster).
         """
-        request = CancelRequest(job_id, marker, tuple(shred))
+        request = CancelRequest(job_id, marker, tuple(shred), job_name)
         outcome = (await self.acancel_many([request]))[request]
         if isinstance(outcome, Exception):
             raise outcome
@@ -94,11 +109,60 @@ class CancelCommands:
         slurmctld no longer knows): {request: CANCELLED, ENDED or the exception acancel would raise}.
 
         A scancel refused for some job (exit status, not "nothing to cancel") is retried job by job, so that
-        only the refused jobs get NpaCancelFailed. Raises NpaRemoteError when the cluster did not answer.
+        only the refused jobs get NpaCancelFailed. A request with a ``job_name`` whose id is not the connection
+        user's job of that name gets NpaCancelFailed without any scancel. Raises NpaRemoteError when the cluster
+        did not answer.
         """
         if not requests:
             return {}
         cluster = await self.atarget_cluster()
+        settled = await self._settle_by_owner([r for r in requests if r.job_name], cluster)
+        rest = [r for r in requests if r not in settled]
+        return {**settled, **(await self._cancel_checked(rest, cluster) if rest else {})}
+
+    async def _settle_by_owner(
+        self, requests: Sequence[CancelRequest], cluster: str | None
+    ) -> dict[CancelRequest, str | Exception]:
+        """The outcome of each named request that needs no scancel: its id is another job (refused), or no job of
+        this user that slurmctld still knows (ENDED if accounting shows this user's job of that name finished,
+        else refused). The others (this user's live job of that name) are left for scancel."""
+        if not requests:
+            return {}
+        user = (await self.aconfig()).user
+        ids = list(dict.fromkeys(r.job_id for r in requests))
+        squeue = await self.arun(commands.build_squeue_states(ids, cluster, user=user), check=False)
+        if squeue.returncode != 0 and not squeue_job_id_unknown(squeue.error_text):
+            raise _unchecked(ids, squeue.error_text)
+        live = commands.parse_squeue(squeue.text) if squeue.returncode == 0 else {}
+        settled: dict[CancelRequest, str | Exception] = {}
+        gone = [r for r in requests if r.job_id not in live]
+        for r in requests:
+            info = live.get(r.job_id)
+            if info is not None and info.job_name != r.job_name:
+                settled[r] = _not_this_job(r, f"is named {info.job_name}")
+        if gone:
+            sacct = await self.arun(
+                commands.build_sacct_states([r.job_id for r in gone], cluster, user=user), check=False
+            )
+            if sacct.returncode != 0:
+                raise _unchecked([r.job_id for r in gone], sacct.error_text)
+            records = commands.parse_sacct(sacct.text)
+            for r in gone:
+                record = records.get(r.job_id)
+                if record is not None and record.job_name == r.job_name and record.state.is_terminal:
+                    settled[r] = ENDED
+                else:
+                    seen = "has no record of it" if record is None else f"shows {record.job_name} {record.native_state}"
+                    settled[r] = _not_this_job(
+                        r, f"is no job of user {user} that slurmctld knows, and accounting {seen}"
+                    )
+        ended_files = [p for r, outcome in settled.items() if outcome == ENDED for p in r.shred]
+        await self.ashred(ended_files)
+        return settled
+
+    async def _cancel_checked(
+        self, requests: Sequence[CancelRequest], cluster: str | None
+    ) -> dict[CancelRequest, str | Exception]:
         ids = list(dict.fromkeys(r.job_id for r in requests))
         shred = [path for r in requests for path in r.shred]
         command = _recorded(commands.build_cancel_and_shred(ids, shred, cluster), *(r.marker for r in requests))

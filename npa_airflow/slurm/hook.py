@@ -44,8 +44,10 @@ class SlurmHook(AsyncSlurmHook):
     def job_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
         return self._sync(self.ajob_states(job_ids))
 
-    def cancel(self, job_id: str, *, marker: str | None = None, shred: Sequence[str] = ()) -> str:
-        return self._sync(self.acancel(job_id, marker=marker, shred=shred))
+    def cancel(
+        self, job_id: str, *, job_name: str | None = None, marker: str | None = None, shred: Sequence[str] = ()
+    ) -> str:
+        return self._sync(self.acancel(job_id, job_name=job_name, marker=marker, shred=shred))
 
     def cancel_by_name(
         self, job_name: str, *, comment: str, marker: str | None = None, shred: Sequence[str] = ()

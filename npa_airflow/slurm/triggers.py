@@ -427,7 +427,9 @@ class SlurmJobTrigger(BaseTrigger):
         Returns what happened ("cancelled" or "ended"); raises when it could not cancel. Callers bound the time.
         """
         kills = self._poller().kills  # batched with the other triggers' cancels (a whole DAG run marked failed)
-        request = CancelRequest(self.job_id, self._cancel_marker(), tuple(self.secret_files()))
+        request = CancelRequest(
+            self.job_id, self._cancel_marker(), tuple(self.secret_files()), job_name=self.handle.get("job_name")
+        )
 
         def again(exc: BaseException, delay: float) -> None:
             self.log.warning("Cancelling Slurm job %s failed (%s); retrying in %.0f s", self.job_id, exc, delay)

@@ -74,6 +74,7 @@ class HookDouble:
     calls: list[tuple] = field(default_factory=list)
     cancelled_by_airflow: set[str] = field(default_factory=set)  # job ids whose cancel marker exists
     cancel_by_name_comments: list[str] = field(default_factory=list)
+    cancel_names: dict[str, str | None] = field(default_factory=dict)  # job id -> the name its cancel expected
     submit_times: dict[str, float] = field(default_factory=dict)  # Slurm's submit time of existing jobs
     config: SlurmConnectionConfig = field(
         default_factory=lambda: SlurmConnectionConfig(conn_id="slurm_unit", hosts=(("127.0.0.1", 2222),), user="npa")
@@ -83,8 +84,9 @@ class HookDouble:
         self.calls.append(("find", tuple(names)))
         return [j for j in self.existing if j.job_name in names]
 
-    def cancel(self, job_id, *, marker=None, shred=()):
+    def cancel(self, job_id, *, job_name=None, marker=None, shred=()):
         self.calls.append(("cancel", job_id))
+        self.cancel_names[job_id] = job_name
         if shred:
             self.calls.append(("shred", tuple(shred)))
         if marker:

@@ -76,18 +76,18 @@ def _sacct_base(cluster: str | None, fields: Sequence[str] = SACCT_FIELDS) -> li
     return ["sacct", "-X", "--parsable2", "--noheader", *cluster_args(cluster), "-o", ",".join(fields)]
 
 
-def build_sacct_states(job_ids: Iterable[str], cluster: str | None = None) -> list[str]:
-    """ONE sacct for many jobs. With -j, sacct's default window starts at the epoch (not midnight)."""
-    return [*_sacct_base(cluster), "-j", job_id_list(job_ids)]
+def build_sacct_states(job_ids: Iterable[str], cluster: str | None = None, user: str | None = None) -> list[str]:
+    """ONE sacct for many jobs (``user``'s only, if given). With -j, sacct's default window starts at the epoch."""
+    return [*_sacct_base(cluster), *([_user_arg(user)] if user else []), "-j", job_id_list(job_ids)]
 
 
 def _squeue_all_states(cluster: str | None, *selectors: str, fmt: str = SQUEUE_FORMAT) -> list[str]:
     return ["squeue", "-h", "-t", "all", *cluster_args(cluster), *selectors, "-o", fmt]
 
 
-def build_squeue_states(job_ids: Iterable[str], cluster: str | None = None) -> list[str]:
-    """ONE squeue for many jobs, all states (finished jobs stay visible for MinJobAge)."""
-    return _squeue_all_states(cluster, f"--jobs={job_id_list(job_ids)}")
+def build_squeue_states(job_ids: Iterable[str], cluster: str | None = None, user: str | None = None) -> list[str]:
+    """ONE squeue for many jobs (``user``'s only, if given), all states (finished jobs stay visible for MinJobAge)."""
+    return _squeue_all_states(cluster, *([_user_arg(user)] if user else []), f"--jobs={job_id_list(job_ids)}")
 
 
 def _user_arg(user: str) -> str:

@@ -75,13 +75,21 @@ class JobCancelMixin:
         return self._through_outage(what, lambda: call(*args, **kwargs))
 
     def cancel_through_outage(
-        self, hook: SlurmHook, job_id: str, what: str, script_path: str | None = None, *, shred: Sequence[str] = ()
+        self,
+        hook: SlurmHook,
+        job_id: str,
+        job_name: str | None,
+        what: str,
+        script_path: str | None = None,
+        *,
+        shred: Sequence[str] = (),
     ) -> str:
-        """scancel `job_id` (recording that Airflow did), riding out a short outage; raises when it could not.
+        """scancel `job_id`, the job named `job_name` (recording that Airflow did), riding out a short outage;
+        raises when it could not.
 
         `shred`: the job's secret files, removed with the cancel (a cancelled job never runs again)."""
         marker = marker_of(script_path)
-        return self._through_outage(what, lambda: hook.cancel(job_id, marker=marker, shred=shred))
+        return self._through_outage(what, lambda: hook.cancel(job_id, job_name=job_name, marker=marker, shred=shred))
 
     # -- cancel the job of a handle -----------------------------------------------------------------------
 
@@ -93,7 +101,7 @@ class JobCancelMixin:
         try:
             outcome = self._through_outage(
                 f"cancelling Slurm job {handle.job_id}",
-                lambda: hook.cancel(handle.job_id, marker=marker, shred=shred),
+                lambda: hook.cancel(handle.job_id, job_name=handle.job_name, marker=marker, shred=shred),
                 seconds=ON_KILL_SECONDS if killed else None,
                 backoff=ON_KILL_BACKOFF if killed else OUTAGE_BACKOFF,
             )

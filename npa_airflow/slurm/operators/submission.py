@@ -76,7 +76,7 @@ class AdoptOrSubmitMixin:
             )
             earlier = self._prepared_for(job, j.job_name)
             self.cancel_through_outage(
-                hook, j.job_id, "cancelling an earlier try", earlier.script_path, shred=earlier.secret_files
+                hook, j.job_id, j.job_name, "cancelling an earlier try", earlier.script_path, shred=earlier.secret_files
             )
 
         retry_of = previous[-1].job_id if previous else None
@@ -127,7 +127,9 @@ class AdoptOrSubmitMixin:
             duplicate = self._prepared_for(job, extra.job_name)
             # A duplicate of the same name shares the kept job's sidecar: that one stays.
             shred = duplicate.secret_files if extra.job_name != keep.job_name else ()
-            self.cancel_through_outage(hook, extra.job_id, "cancelling a duplicate", duplicate.script_path, shred=shred)
+            self.cancel_through_outage(
+                hook, extra.job_id, extra.job_name, "cancelling a duplicate", duplicate.script_path, shred=shred
+            )
         self.log.info(
             "Reattaching to Slurm job %s (%s) of an earlier try instead of submitting a new one",
             keep.job_id,
@@ -204,7 +206,9 @@ class AdoptOrSubmitMixin:
         if len(ids) > 1:
             for job_id in ids:
                 shred = job.secret_files if job_id == ids[-1] else ()  # they share one sidecar
-                self.cancel_through_outage(hook, job_id, "cancelling a duplicate", job.script_path, shred=shred)
+                self.cancel_through_outage(
+                    hook, job_id, job.job_name, "cancelling a duplicate", job.script_path, shred=shred
+                )
             raise NpaAmbiguousSubmission(
                 f"{len(ids)} Slurm jobs are named {job.job_name} ({', '.join(ids)}); all were cancelled so no "
                 "duplicate keeps running. Retry the task to submit exactly one."

@@ -29,8 +29,8 @@ def scripted(answers: dict[str, tuple[int | None, str, str]]) -> tuple[SlurmHook
     async def arun(argv, **kwargs):
         command = argv if isinstance(argv, str) else shlex.join(argv)
         sent.append(command)
-        tool = next(word for word in ("scancel", "squeue", "sacct") if word in command)
-        rc, out, err = answers[tool]
+        tool = next((word for word in ("scancel", "squeue", "sacct") if word in command), "other")
+        rc, out, err = answers.get(tool, (0, "", ""))  # other: a shred of an ended job's files
         return CommandResult(stdout=out.encode(), stderr=err.encode(), returncode=rc, host="login1")
 
     hook.arun = arun  # type: ignore[method-assign]
@@ -323,3 +323,47 @@ def test_the_submission_honours_a_cancel_marker_before_and_after_sbatch(tmp_path
     again = subprocess.run(["bash", "-c", command], input=stdin, capture_output=True, env=env)
     assert again.returncode == 5 and b"NPA_SBATCH_BEGIN" not in again.stdout
     assert calls.read_text().splitlines() == ["sbatch", "scancel 42"]  # nothing more
+
+
+# -- a cancel by id that names its job reaches only that job of this user ------------------------------------
+
+
+async def test_a_named_cancel_of_this_user_s_live_job_of_that_name_cancels_it():
+    hook, sent = scripted({"scancel": (0, "", ""), "squeue": (0, "7|7|RUNNING|None|c1|npa-x-t1\n", "")})
+    assert await hook.acancel("7", job_name="npa-x-t1") == "cancelled"
+    assert "squeue -h -t all --user=npa --jobs=7" in sent[0]  # only this user's jobs
+    assert [c.split()[0] for c in sent] == ["squeue", "scancel", "squeue"]
+
+
+async def test_a_named_cancel_whose_id_is_another_job_cancels_nothing():
+    """A handle read back from XCom names this task's job but the id of another: nothing is cancelled."""
+    hook, sent = scripted({"scancel": (0, "", ""), "squeue": (0, "7|7|RUNNING|None|c1|someone-elses-job\n", "")})
+    with pytest.raises(NpaCancelFailed, match=r"job 7: it was to be npa-x-t1, but it is named someone-elses-job"):
+        await hook.acancel("7", job_name="npa-x-t1", marker="/r/sbatch/npa-x-t1.sbatch.npa-cancelled")
+    assert not [c for c in sent if "scancel" in c or "npa-cancelled" in c]
+
+
+@pytest.mark.parametrize(
+    ("sacct", "outcome"),
+    [
+        ("7|7|COMPLETED|0:0|c1|None|npa-x-t1\n", "ended"),
+        ("7|7|COMPLETED|0:0|c1|None|other\n", "shows other COMPLETED"),
+        ("", "has no record of it"),
+    ],
+)
+async def test_a_named_cancel_of_an_id_slurmctld_does_not_know_for_this_user(sacct, outcome):
+    """Another user's job (squeue --user hides it) or one purged after it ended: scancel is never sent; accounting
+    (this user's records only) says whether it was this job and ended."""
+    hook, sent = scripted({"scancel": (0, "", ""), "squeue": (1, "", INVALID_ID), "sacct": (0, sacct, "")})
+    if outcome == "ended":
+        assert await hook.acancel("7", job_name="npa-x-t1", shred=["/r/sidecars/npa-x-t1.env"]) == "ended"
+        assert any("shred" in c and "/r/sidecars/npa-x-t1.env" in c for c in sent)
+    else:
+        with pytest.raises(NpaCancelFailed, match=f"is no job of user npa that slurmctld knows.*{outcome}"):
+            await hook.acancel("7", job_name="npa-x-t1", shred=["/r/sidecars/npa-x-t1.env"])
+        assert not [c for c in sent if "shred" in c]
+    assert (
+        "sacct -X --parsable2 --noheader -o JobIDRaw,JobID,State,ExitCode,NodeList,Reason,JobName --user=npa -j 7"
+        in sent[1]
+    )
+    assert not [c for c in sent if c.startswith("scancel") or "; scancel" in c]

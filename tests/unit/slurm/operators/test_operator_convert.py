@@ -24,7 +24,7 @@ class RecordingHook:
         self.config = CFG
         self.cancelled: list[str] = []
 
-    def cancel(self, job_id: str, *, marker: str | None = None, shred: tuple[str, ...] = ()) -> str:
+    def cancel(self, job_id: str, *, job_name: str | None = None, marker: str | None = None, shred=()) -> str:
         self.cancelled.append(job_id)
         return "cancelled"
 
