@@ -95,6 +95,12 @@ class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
         self._handle: BurstJobHandle | None = None
         self._finished = False
 
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        """Airflow's fields, the connection and the pinned cluster: the API server acts on this task's launch with
+        what the serialized DAG names, never with what a handle read back from XCom names (npa_airflow.plugin)."""
+        return frozenset(super().get_serialized_fields() | {"skypilot_conn_id", "cluster_name"})
+
     # -- what to launch (subclasses) ---------------------------------------------------------------------
 
     def build_task_dict(self, context: Context, secrets: dict[str, str]) -> tuple[dict[str, Any], int]:

@@ -103,6 +103,12 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
         # How the current step prepares the job of another name (an earlier try's, to reattach to it).
         self._prepare_named: Callable[[str], PreparedJob] | None = None
 
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        """Airflow's fields, and the connection: the API server acts on this task's job with the connection the
+        serialized DAG names, never with one a handle read back from XCom names (npa_airflow.plugin)."""
+        return frozenset(super().get_serialized_fields() | {"slurm_conn_id"})
+
     def render_template(
         self,
         content: Any,

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm import layout
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, fail_task, results_root_for
 
@@ -181,7 +182,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
         return PreparedJob.from_spec(
             spec,
             render_convert_script(spec),
-            script_path=f"{root}/sbatch/{job_name}.sbatch",
+            script_path=layout.script_path(root, job_name),
             results_dir=target_dir,
             mkdirs=(log_dir, target_dir),
         )

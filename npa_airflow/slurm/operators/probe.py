@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm import layout
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, fail_task, results_root_for
 
@@ -172,7 +173,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
 
         cfg = env.config
         root = results_root_for(cfg, self.results_root, self.slurm_conn_id)
-        results_dir = f"{root}/{job_name}"
+        results_dir = layout.results_dir(root, job_name)
         script_path = f"{results_dir}/nccl_allreduce_probe.py"
         mounts = merge_mounts((results_dir,), self.container_mounts)  # the probe script lives in results_dir
         spec = ProbeSpec(
@@ -194,7 +195,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         return PreparedJob.from_spec(
             spec,
             render_probe_script(spec),
-            script_path=f"{results_dir}/probe.sbatch",
+            script_path=layout.probe_script_path(root, job_name),
             results_dir=results_dir,
             mkdirs=(results_dir,),
             files=(StagedFile(script_path, probe_source(), 0o644),),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from npa_airflow.slurm import layout
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, results_root_for
 from npa_airflow.slurm.secret_env import validate_secret_env
@@ -168,7 +169,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         from npa_airflow.slurm.spec import SbatchSpec
 
         root = results_root_for(cfg, self.results_root, self.slurm_conn_id)
-        results_dir = f"{root}/{job_name}"
+        results_dir = layout.results_dir(root, job_name)
         spec = SbatchSpec(
             job_name=job_name,
             command=self.command,
@@ -187,7 +188,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             post_commands=tuple(self.post_commands),
             leader_post_commands=tuple(self.leader_post_commands),
             exclude_nodes=tuple(dict.fromkeys([*self.exclude_nodes, *exclude_nodes])),
-            env_file=f"{root}/sidecars/{job_name}.env" if self.secret_env else None,
+            env_file=layout.sidecar_path(root, job_name) if self.secret_env else None,
             **self._resource_kwargs(),
         )
         return spec.bind(config_path=self.config_path, job_id=job_name, results_dir=results_dir)
@@ -263,7 +264,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         return PreparedJob(
             job_name=job_name,
             script=script,
-            script_path=f"{root}/sbatch/{job_name}.sbatch",
+            script_path=layout.script_path(root, job_name),
             results_dir=spec.results_dir,
             stdout_path=spec.stdout_path,
             stderr_path=spec.stderr_path,
