@@ -9,13 +9,25 @@ With a trigger running as well, both cancel: `scancel` of an ended job and a sec
 
 Only a task instance that has ended for good (FAILED or SUCCESS in the database) is acted on, never one going
 up for retry (its next try reattaches to the job), and never from a worker (whose operator handles its own job).
+The handle is only a pointer: what is cancelled is derived from the task instance, this deployment and the
+serialized task (npa_airflow.trusted_jobs); a handle that is not the task instance's own is logged and ignored.
+
+The listener runs in the thread of the API request that ended the task. It reads the database there, then hands
+the remote work to the process's background loop and returns: marking a run of 1,000 tasks failed starts no
+thread per task, its Slurm cancels meet in one scancel per cluster (npa_airflow.slurm.kill_batch), and a cluster or
+SkyPilot server that does not answer costs waiting coroutines with a time bound, not the API server's threads.
+
+The plugin also creates this deployment's identity (npa_airflow.common.deployment) when the scheduler, triggerer
+or dag processor starts.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import sys
-import threading
+import weakref
 from typing import Any
 
 from airflow.listeners import hookimpl
@@ -30,7 +42,11 @@ log = logging.getLogger(__name__)
 SLURM_KEY = SLURM_XCOM_KEY
 BURST_KEY = BURST_XCOM_KEY
 FINAL_STATES = ("failed", "success")
-CANCEL_TIMEOUT = 120.0
+CANCEL_TIMEOUT = 120.0  # a Slurm cancel rides out a cluster outage this long, then is reported as failed
+BURST_TIMEOUT = 120.0  # the SkyPilot requests of one Burst cancel (submitted only: the server carries them out)
+BURST_CONCURRENCY = 8  # Burst cancels in flight at once per API server process
+CONN_ATTRS = {SLURM_KEY: "slurm_conn_id", BURST_KEY: "skypilot_conn_id"}
+_burst_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
 def _is_database_row(task_instance: Any) -> bool:
@@ -57,25 +73,56 @@ def _handles(task_instance: Any) -> dict[str, Any]:
     return {row.key: XComModel.deserialize_value(row) for row in rows}
 
 
-def cancel_slurm_job(handle: dict[str, Any]) -> None:
-    """scancel the job (recording that Airflow did, so clearing the task later runs it again), retried while the
-    cluster does not answer; a cancel that did not happen raises (and is logged as a failure).
+def _named(task_instance: Any) -> str:
+    ti = task_instance
+    index = f"[{ti.map_index}]" if ti.map_index is not None and ti.map_index >= 0 else ""
+    return f"{ti.dag_id}.{ti.task_id}{index} of run {ti.run_id} (try {ti.try_number})"
 
-    Marking a DAG run of 1,000 waiting tasks failed starts 1,000 of these threads at once: their cancels meet on
-    the process's one background loop and go out in one scancel per cluster (`npa_airflow.slurm.kill_batch`).
-    """
-    from npa_airflow.common.background_loop import run_sync
-    from npa_airflow.common.retry import Backoff, Budget, retry
-    from npa_airflow.exceptions import cluster_did_not_answer
+
+def _ti_ref(task_instance: Any) -> Any:
+    from npa_airflow.trusted_jobs import TaskInstanceRef
+
+    ti = task_instance
+    return TaskInstanceRef(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, int(ti.try_number or 1))
+
+
+def slurm_cancel(task_instance: Any, raw: Any) -> Any:
+    """The cancel of the task instance's Slurm job (a coroutine), or None when its handle is not its own."""
+    from npa_airflow.common.deployment import current_deployment
     from npa_airflow.slurm.cancels import CancelRequest
-    from npa_airflow.slurm.commands import cancel_marker_for
-    from npa_airflow.slurm.handle import SlurmJobHandle
+    from npa_airflow.slurm.hook import SlurmHook
+    from npa_airflow.slurm.operators.cancel import marker_of
+    from npa_airflow.trusted_jobs import Distrust, dropped_paths, task_settings, trusted_slurm_handle
 
-    job = SlurmJobHandle.from_dict(handle)
-    marker = cancel_marker_for(job.script_path) if job.script_path else None
-    request = CancelRequest(job.job_id, marker, tuple(job.secret_files))
-    outcome = retry(
-        lambda: run_sync(_cancel_in_batch(job.conn_id, job.cluster, request)),
+    settings = task_settings(task_instance.dag_version_id, task_instance.task_id, CONN_ATTRS[SLURM_KEY])
+    if settings is None or settings.conn_id is None:
+        log.warning("Not cancelling the Slurm job of %s: its serialized task cannot be read", _named(task_instance))
+        return None
+    config = SlurmHook(slurm_conn_id=settings.conn_id).config
+    job = trusted_slurm_handle(raw, _ti_ref(task_instance), settings, current_deployment(), config)
+    if isinstance(job, Distrust):
+        log.warning("Not acting on the Slurm job handle in the XCom of %s: %s", _named(task_instance), job.reason)
+        return None
+    if dropped := dropped_paths(raw, job):
+        log.warning(
+            "Ignoring paths in the handle of %s that the job's layout does not derive: %s",
+            _named(task_instance),
+            dropped,
+        )
+    request = CancelRequest(job.job_id, marker_of(job.script_path), job.secret_files, job_name=job.job_name)
+    return _cancel_slurm(job, request)
+
+
+async def _cancel_slurm(job: Any, request: Any) -> None:
+    """scancel the job (recording that Airflow did, so clearing the task later runs it again), retried while the
+    cluster does not answer; a cancel that did not happen raises (and is logged as a failure)."""
+    from npa_airflow.common.retry import Backoff, Budget, aretry
+    from npa_airflow.exceptions import cluster_did_not_answer
+    from npa_airflow.slurm.poller import get_poller
+
+    kills = get_poller(job.conn_id, cluster=job.cluster).kills
+    outcome = await aretry(
+        lambda: kills.cancel(request),
         transient=cluster_did_not_answer,
         backoff=Backoff(base=2.0, cap=15.0, jitter=0.5),
         budget=Budget(seconds=CANCEL_TIMEOUT),
@@ -86,48 +133,99 @@ def cancel_slurm_job(handle: dict[str, Any]) -> None:
         log.info("Cancelled Slurm job %s (%s): its task instance was ended by a user", job.job_id, job.job_name)
 
 
-async def _cancel_in_batch(conn_id: str, cluster: str | None, request: Any) -> str:
-    from npa_airflow.slurm.poller import get_poller
+def burst_cancel(task_instance: Any, raw: Any) -> Any:
+    """The cancel and teardown of the task instance's Burst launch (a coroutine), or None when its handle is not
+    its own."""
+    from npa_airflow.common.deployment import current_deployment
+    from npa_airflow.trusted_jobs import Distrust, task_settings, trusted_burst_try
 
-    return await get_poller(conn_id, cluster=cluster).kills.cancel(request)
+    settings = task_settings(task_instance.dag_version_id, task_instance.task_id, CONN_ATTRS[BURST_KEY])
+    if settings is None or settings.conn_id is None:
+        log.warning("Not cancelling the Burst launch of %s: its serialized task cannot be read", _named(task_instance))
+        return None
+    ref = trusted_burst_try(raw, _ti_ref(task_instance), settings, current_deployment())
+    if isinstance(ref, Distrust):
+        log.warning("Not acting on the Burst job handle in the XCom of %s: %s", _named(task_instance), ref.reason)
+        return None
+    return _cancel_burst(settings, ref)
 
 
-def cancel_burst_job(handle: dict[str, Any]) -> None:
-    from npa_airflow.burst.handle import BurstJobHandle
+async def _cancel_burst(settings: Any, ref: Any) -> None:
+    """Cancel what the try left on the SkyPilot API server (found by its name, as a retry would) and take the
+    cluster down if the task's policy says so; the requests are only submitted, within BURST_TIMEOUT."""
     from npa_airflow.burst.hook import SkyPilotHook
 
-    job = BurstJobHandle.from_dict(handle)
-    with SkyPilotHook(job.conn_id) as hook:
-        hook.cancel_and_teardown(job, log, cancel=True, teardown=True)
-    log.info("Cancelled burst job %s: its task instance was ended by a user", job.to_json())
+    loop = asyncio.get_running_loop()
+    slots = _burst_slots.get(loop) or _burst_slots.setdefault(loop, asyncio.Semaphore(BURST_CONCURRENCY))
+    async with slots, SkyPilotHook(settings.conn_id) as hook:
+        await asyncio.wait_for(_cancel_try(hook, settings, ref), BURST_TIMEOUT)
 
 
-CANCELLERS = {SLURM_KEY: cancel_slurm_job, BURST_KEY: cancel_burst_job}
+async def _cancel_try(hook: Any, settings: Any, ref: Any) -> None:
+    from npa_airflow.burst.handle import BurstJobHandle
+    from npa_airflow.burst.tries import observe_tries
+
+    (found,) = await observe_tries(hook, [ref])
+    created = not ref.pinned
+    teardown = settings.teardown or ("down" if created else "keep")
+    if found.found:
+        handle = BurstJobHandle(
+            conn_id=settings.conn_id,
+            endpoint=(await hook.aconfig()).endpoint,
+            cluster=ref.cluster,
+            name=ref.try_name,
+            request_id=found.request.request_id if found.request else None,
+            job_id=found.job_id,
+            created_cluster=created,
+            teardown=teardown,
+            try_name=ref.try_name,
+        )
+        await hook.acancel_and_teardown(handle, log, wait=False)
+    elif created and teardown == "down" and found.cluster_status is not None:
+        await hook.ateardown(ref.cluster, log, wait=False)
+    else:
+        log.info("Burst try %s left nothing to cancel on the API server", ref.try_name)
+        return
+    log.info(
+        "Cancelled the Burst launch of try %s (cluster %s): its task instance was ended by a user",
+        *(ref.try_name, ref.cluster),
+    )
 
 
-def cancel_jobs_of(task_instance: Any) -> threading.Thread | None:
-    """Start cancelling the jobs of an ended task instance in a background thread (None: nothing to do)."""
+CANCELLERS = {SLURM_KEY: slurm_cancel, BURST_KEY: burst_cancel}
+
+
+def cancel_jobs_of(task_instance: Any) -> concurrent.futures.Future | None:
+    """Start cancelling the jobs of an ended task instance on the background loop (None: nothing to do)."""
     state = getattr(task_instance.state, "value", task_instance.state)
     if not _is_database_row(task_instance) or state not in FINAL_STATES:
         return None
     try:
         handles = _handles(task_instance)
     except Exception:
-        log.exception("Could not read the job handles of %s", task_instance)
+        log.exception("Could not read the job handles of %s", _named(task_instance))
         return None
-    if not handles:
+    cancels = []
+    for key, raw in handles.items():
+        try:
+            cancel = CANCELLERS[key](task_instance, raw)
+        except Exception:
+            log.exception("Could not work out the job of %s to cancel (%s)", _named(task_instance), key)
+            continue
+        if cancel is not None:
+            cancels.append((key, cancel))
+    if not cancels:
         return None
+    from npa_airflow.common.background_loop import spawn
 
-    def cancel_all() -> None:
-        for key, handle in handles.items():
+    async def cancel_all() -> None:
+        for key, cancel in cancels:
             try:
-                CANCELLERS[key](handle)
+                await cancel
             except Exception:
-                log.exception("Could not cancel the job of %s (%s=%s)", task_instance.task_id, key, handle)
+                log.exception("Could not cancel the job of %s (%s)", _named(task_instance), key)
 
-    thread = threading.Thread(target=cancel_all, name=f"npa-cancel-{task_instance.task_id}", daemon=True)
-    thread.start()
-    return thread
+    return spawn(cancel_all())
 
 
 @hookimpl
@@ -140,6 +238,20 @@ def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
     cancel_jobs_of(task_instance)
 
 
+@hookimpl
+def on_starting(component: Any) -> None:
+    """A scheduler, triggerer or dag processor starts (they have database access): make sure this deployment has
+    its identity before any task needs it."""
+    if type(component).__module__ != "airflow.jobs.job":
+        return
+    from npa_airflow.common.deployment import ensure_identity
+
+    try:
+        ensure_identity()
+    except Exception:
+        log.exception("Could not create this deployment's npa-airflow identity; tasks will say so")
+
+
 class NpaAirflowPlugin(AirflowPlugin):
     """Registers the listener above and the Compute page (entry point `airflow.plugins`).
 
@@ -148,7 +260,7 @@ class NpaAirflowPlugin(AirflowPlugin):
     """
 
     name = "npa_airflow"
-    listeners = [sys.modules[__name__]]  # the two hooks above
+    listeners = [sys.modules[__name__]]  # the hooks above
     fastapi_apps = [{"name": "npa_compute", "app": LazyApp(), "url_prefix": COMPUTE_URL_PREFIX}]
     external_views = [
         {

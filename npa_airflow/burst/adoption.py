@@ -63,7 +63,7 @@ class AdoptOrLaunchMixin:
         refs = self.try_refs(context)
         ti = context["ti"]
         key = (ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", None))
-        legacy = legacy_try_refs(key, refs, self.cluster_name)
+        legacy = legacy_try_refs(key, len(refs) - 1, self.cluster_name)  # earlier tries only
         with hook:
             seen = upgraded_from(run_sync(observe_tries(hook, [*refs, *legacy])), current_deployment())
             steps = plan(seen, refs[-1].try_number, self.on_previous_try)

@@ -60,12 +60,12 @@ def try_refs(
     ]
 
 
-def legacy_try_refs(key: TaskInstanceKey, refs: Sequence[TryRef], pinned: str | None) -> list[TryRef]:
-    """The earlier tries of ``refs`` under the naming before the deployment key (found once after the upgrade)."""
+def legacy_try_refs(key: TaskInstanceKey, tries: int, pinned: str | None) -> list[TryRef]:
+    """Tries 1 .. ``tries`` under the naming before the deployment key (found once after the upgrade)."""
     from npa_airflow.burst.task import validate_cluster_name
-    from npa_airflow.common.naming import legacy_earlier_try_names
+    from npa_airflow.common.naming import legacy_job_name_for
 
-    names = legacy_earlier_try_names(*key, len(refs))
+    names = [legacy_job_name_for(*key, t) for t in range(1, tries + 1)]
     cluster = validate_cluster_name(pinned) if pinned else None
     return [
         TryRef(number, name.lower(), cluster or validate_cluster_name(name.lower()), legacy=True)

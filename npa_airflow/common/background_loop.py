@@ -8,6 +8,7 @@ stopped loop gets a fresh one.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine
@@ -28,8 +29,7 @@ def _serve(loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
     loop.run_forever()
 
 
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on the background loop and wait for its result (from a thread without a running loop)."""
+def _background_loop() -> asyncio.AbstractEventLoop:
     global _loop, _pid
     with _lock:
         if _loop is None or _pid != os.getpid() or not _loop.is_running():
@@ -38,5 +38,15 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
             threading.Thread(target=_serve, args=(loop, started), name="npa-sync-loop", daemon=True).start()
             started.wait()
             _loop, _pid = loop, os.getpid()
-        loop = _loop
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return _loop
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the background loop and wait for its result (from a thread without a running loop)."""
+    return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result()
+
+
+def spawn(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Start ``coro`` on the background loop without waiting: work that must not hold the caller's thread (the
+    API server's request threads) and bounds its own time."""
+    return asyncio.run_coroutine_threadsafe(coro, _background_loop())
