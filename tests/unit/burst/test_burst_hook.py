@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import types
 from unittest import mock
 
 from npa_airflow.burst import client as sky
@@ -85,11 +86,43 @@ def test_the_sync_facade_runs_the_same_sequence():
     assert [(op, arg.path) for op, arg in client.asked] == [("call", "/down")]
 
 
-def test_the_plugins_entry_runs_the_hooks_sequence(monkeypatch):
-    from npa_airflow import plugin
-    from npa_airflow.burst import hook as hook_module
+def test_the_listener_cancels_what_the_try_left_found_by_its_name_and_only_submits_the_requests():
+    """The API server's cancel: the launch is found by the try's name (never from the handle's request id), the job
+    cancel and the teardown are submitted (the server carries them out), the endpoint is the connection's."""
+    import asyncio
 
-    client = ScriptedClient([None, None])
-    monkeypatch.setattr(hook_module, "SkyPilotHook", lambda conn_id: SkyPilotHook(client=client))
-    plugin.cancel_burst_job(handle(job_id=2).to_dict())
-    assert [(op, arg.path) for op, arg in client.asked] == [("call", "/cancel"), ("call", "/down")]
+    from npa_airflow import plugin
+    from npa_airflow.burst import client as sky
+    from npa_airflow.burst.tries import TryRef
+    from npa_airflow.trusted_jobs import TaskSettings
+
+    ref = TryRef(1, "npa-train-0123456789-t1", "npa-train-0123456789-t1")
+    launch = sky.RequestResult("0123456789ab", "sky.launch", "SUCCEEDED", dag_name=ref.try_name, created_at=5.0)
+
+    class Hook:
+        done: list = []
+
+        async def aclusters(self, names):
+            return {ref.cluster: {"status": "UP"}}
+
+        async def alaunches(self, name):
+            return [launch]
+
+        async def alaunch_result(self, request_id):
+            return sky.RequestResult(request_id, "sky.launch", "SUCCEEDED", return_value={"job_id": 4})
+
+        async def ajob_status(self, cluster, job_id):
+            return "RUNNING"
+
+        async def aconfig(self):
+            return types.SimpleNamespace(endpoint="https://sky.example")
+
+        async def acancel_and_teardown(self, handle, log, *, wait=True):
+            self.done.append((handle.endpoint, handle.cluster, handle.request_id, handle.job_id, handle.teardown, wait))
+
+    hook = Hook()
+    asyncio.run(plugin._cancel_try(hook, TaskSettings("sky"), ref))
+    assert hook.done == [("https://sky.example", ref.cluster, "0123456789ab", 4, "down", False)]
+    hook.done.clear()
+    asyncio.run(plugin._cancel_try(hook, TaskSettings("sky", teardown="keep"), ref))
+    assert hook.done[0][4] == "keep"
