@@ -13,6 +13,7 @@ requests are made as; default ``airflow``).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import weakref
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from npa_airflow.burst.handle import BurstJobHandle
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # A failed teardown is tried this many times, 5 s then 10 s apart (no jitter: one cluster, one caller).
 TEARDOWN_ATTEMPTS = 3
@@ -38,6 +40,30 @@ TEARDOWN_BACKOFF = Backoff(base=5.0, cap=10.0, jitter=0.0)
 # A followed log stream silent this long is dead: the API server sends a heartbeat every 30 s (SkyPilot 0.14).
 LOG_SILENCE_SECONDS = 90.0
 LOG_TAIL_CHARS = 8192
+
+
+_warned_cleartext: set[str] = set()
+
+
+def warn_cleartext(conn_id: str, endpoint: str, hostname: str) -> None:
+    """Once per process and endpoint: an http:// endpoint off this machine sends the token in clear."""
+    if endpoint in _warned_cleartext or _is_loopback(hostname):
+        return
+    _warned_cleartext.add(endpoint)
+    log.warning(
+        "SkyPilot connection %s uses %s over plain http: its token and the launches' secrets (registry "
+        "credentials) travel in clear. Use https:// (a host without a scheme means https).",
+        *(conn_id, endpoint),
+    )
+
+
+def _is_loopback(hostname: str) -> bool:
+    if hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(hostname).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -57,14 +83,16 @@ class SkyPilotConnectionConfig:
                 f"connection {conn_id!r}: host is empty; set it to the SkyPilot API server endpoint, "
                 "e.g. http://127.0.0.1:46580"
             )
-        if "://" not in host:
-            host = f"{conn.schema if conn.schema in ('http', 'https') else 'http'}://{host}"
+        if "://" not in host:  # plain http only when written: the token and the launch's secrets travel in clear
+            host = f"{'http' if conn.schema == 'http' else 'https'}://{host}"
         parts = urlsplit(host)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise NpaValidationError(f"connection {conn_id!r}: host={conn.host!r} is not an http(s) endpoint")
         endpoint = host.rstrip("/")
         if conn.port and parts.port is None:
             endpoint = f"{parts.scheme}://{parts.netloc}:{conn.port}{parts.path}".rstrip("/")
+        if parts.scheme == "http":
+            warn_cleartext(conn_id, endpoint, parts.hostname)
         extra = conn.extra_dejson or {}
         overrides = extra.get("config_overrides") or {}
         if isinstance(overrides, str):

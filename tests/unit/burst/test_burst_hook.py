@@ -7,6 +7,8 @@ import logging
 import types
 from unittest import mock
 
+import pytest
+
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.handle import BurstJobHandle
 from npa_airflow.burst.hook import SkyPilotHook
@@ -126,3 +128,39 @@ def test_the_listener_cancels_what_the_try_left_found_by_its_name_and_only_submi
     hook.done.clear()
     asyncio.run(plugin._cancel_try(hook, TaskSettings("sky", teardown="keep"), ref))
     assert hook.done[0][4] == "keep"
+
+
+def _sky_conn(host, schema=None, port=None, token="tok-secret"):
+    return types.SimpleNamespace(
+        conn_id="sky", host=host, schema=schema, port=port, password=None, extra_dejson={"token": token}
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "schema", "port", "endpoint"),
+    [
+        ("sky.example.org", None, None, "https://sky.example.org"),  # no scheme: https, never http
+        ("sky.example.org", None, 8443, "https://sky.example.org:8443"),
+        ("sky.example.org", "http", 80, "http://sky.example.org:80"),  # http only when written
+        ("http://sky.example.org:46580/", None, None, "http://sky.example.org:46580"),
+        ("https://sky.example.org", None, None, "https://sky.example.org"),
+    ],
+)
+def test_an_endpoint_without_a_scheme_is_https(host, schema, port, endpoint):
+    from npa_airflow.burst.hook import SkyPilotConnectionConfig
+
+    assert SkyPilotConnectionConfig.from_connection(_sky_conn(host, schema, port)).endpoint == endpoint
+
+
+def test_plain_http_off_this_machine_warns_once_per_process(caplog, monkeypatch):
+    from npa_airflow.burst import hook as hook_module
+    from npa_airflow.burst.hook import SkyPilotConnectionConfig
+
+    monkeypatch.setattr(hook_module, "_warned_cleartext", set())
+    with caplog.at_level("WARNING", logger=hook_module.__name__):
+        for host in ("http://sky.example.org:46580", "http://sky.example.org:46580", "http://127.0.0.1:46580",
+                     "http://localhost:46580", "http://[::1]:46580", "https://sky.example.org"):  # fmt: skip
+            SkyPilotConnectionConfig.from_connection(_sky_conn(host))
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "http://sky.example.org:46580 over plain http" in warnings[0]
+    assert "tok-secret" not in warnings[0]
