@@ -34,6 +34,7 @@ class LiveTask:
     ti_state: str
     handles: Mapping[str, Mapping[str, Any]]
     rendered: Mapping[str, Any] = field(default_factory=dict)  # the try's rendered template fields
+    dag_version_id: Any = None  # the serialized DAG that ran the try (what its handles are checked against)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class ComputeRow:
     task_url: str
     log_url: str
     job_url: str | None
+    error: str | None = None  # why the handle in the task's XCom is not shown as its job
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -241,6 +243,28 @@ def burst_row(task: LiveTask, status: JobStatus | None, now: float, job_url: str
         partition=None,
         job_url=job_url,
         **_common(task, handle, now),
+    )
+
+
+UNTRUSTED_CLUSTER = "-"
+
+
+def untrusted_row(task: LiveTask, kind: str, why: str, now: float) -> ComputeRow:
+    """The row of a task whose handle is not its own job (malformed, or naming what the task does not own): the
+    page says so in that row, and no cluster is asked about it."""
+    return ComputeRow(
+        kind=kind,
+        cluster=UNTRUSTED_CLUSTER,
+        job="?",
+        state="UNKNOWN",
+        native_state=None,
+        reason=None,
+        nodes=None,
+        gpus=None,
+        partition=None,
+        job_url=None,
+        error=f"the job handle in this task's XCom is ignored: {why}",
+        **_common(task, {}, now),
     )
 
 

@@ -55,7 +55,7 @@ def live_tasks() -> list[r.LiveTask]:
     rtif_of_ti = and_(
         Rtif.dag_id == TI.dag_id, Rtif.run_id == TI.run_id, Rtif.task_id == TI.task_id, Rtif.map_index == TI.map_index
     )
-    columns = (TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.try_number, TI.state)
+    columns = (TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.try_number, TI.state, TI.dag_version_id)
     query = (
         select(*columns, XComModel.key, XComModel.value, Rtif.rendered_fields)
         .join(XComModel, same_ti)
@@ -68,13 +68,13 @@ def live_tasks() -> list[r.LiveTask]:
             entry = found.setdefault(
                 (row.dag_id, row.run_id, row.task_id, row.map_index),
                 {"try_number": row.try_number, "state": str(getattr(row.state, "value", row.state)),
-                 "handles": {}, "rendered": row.rendered_fields or {}},
+                 "handles": {}, "rendered": row.rendered_fields or {}, "version": row.dag_version_id},
             )  # fmt: skip
             value = XComModel.deserialize_value(row)
             if isinstance(value, dict):
                 entry["handles"][row.key] = value
     return [
-        r.LiveTask(dag, run, task, index, e["try_number"], e["state"], e["handles"], e["rendered"])
+        r.LiveTask(dag, run, task, index, e["try_number"], e["state"], e["handles"], e["rendered"], e["version"])
         for (dag, run, task, index), e in found.items()
         if e["handles"]
     ]
@@ -142,15 +142,18 @@ def _statuses(answer_value: Any) -> dict[str, r.JobStatus]:
 
 
 def snapshot(cache: SharedCache | None = None, now: float | None = None) -> Snapshot:
-    """Every live job of this provider, its state as the clusters answered (cached), as rows."""
+    """Every live job of this provider, its state as the clusters answered (cached), as rows.
+
+    A handle that is not its task instance's own job (npa_airflow.trusted_jobs) gets a row saying so and is asked
+    about nowhere: one task's bad handle neither breaks the page nor another row's state."""
     cache = cache or default_cache()
-    tasks = live_tasks()
-    configs = _slurm_configs({t.handles[xcom_keys.SLURM_JOB]["conn_id"] for t in tasks if _slurm(t)})
+    now = time.time() if now is None else now
+    live, untrusted, configs = _checked(live_tasks())
     defaults = {conn_id: getattr(config, "cluster_name", None) for conn_id, config in configs.items()}
     errors: dict[str, str] = {}
     fetched: dict[str, float] = {}
     slurm_states: dict[tuple[str, str | None], dict[str, r.JobStatus]] = {}
-    for (conn_id, cluster), ids in r.slurm_queries(tasks).items():
+    for (conn_id, cluster), ids in r.slurm_queries(live).items():
         label = r.slurm_cluster_label({"conn_id": conn_id, "cluster": cluster}, defaults)
         answer = cache.get(f"slurm|{conn_id}|{cluster or ''}", sorted(ids), _slurm_fetch(conn_id, cluster))
         slurm_states[(conn_id, cluster)] = _statuses(answer.value)
@@ -158,22 +161,73 @@ def snapshot(cache: SharedCache | None = None, now: float | None = None) -> Snap
         if answer.error:
             errors[label] = answer.error
     burst_states: dict[tuple[str, str], dict[str, r.JobStatus]] = {}
-    for (conn_id, cluster), ids in r.burst_queries(tasks).items():
+    for (conn_id, cluster), ids in r.burst_queries(live).items():
         keys = sorted(str(i) for i in ids)
         answer = cache.get(f"burst|{conn_id}|{cluster}", keys, _burst_fetch(conn_id, cluster))
         burst_states[(conn_id, cluster)] = _statuses(answer.value)
         fetched[cluster] = answer.fetched_at
         if answer.error:
             errors[cluster] = answer.error
-    now = time.time() if now is None else now
-    built: list[r.ComputeRow] = []
-    for task in tasks:
+    built = [*untrusted]
+    for task in live:
         built.extend(_rows_of(task, slurm_states, burst_states, configs, now))
     return Snapshot(r.sort_rows(built), errors, fetched)
 
 
-def _slurm(task: r.LiveTask) -> bool:
-    return xcom_keys.SLURM_JOB in task.handles
+def _checked(tasks: list[r.LiveTask]) -> tuple[list[r.LiveTask], list[r.ComputeRow], dict[str, Any]]:
+    """The tasks with only their own jobs' handles (as the API server derives them), a row for each handle that is
+    not (it is shown as such and asked about nowhere), and the Slurm connections' configs."""
+    from dataclasses import replace
+
+    from npa_airflow.common.deployment import current_deployment
+    from npa_airflow.trusted_jobs import (
+        Distrust,
+        TaskInstanceRef,
+        task_settings,
+        trusted_burst_try,
+        trusted_slurm_handle,
+    )
+
+    kinds = {xcom_keys.SLURM_JOB: (r.SLURM, "slurm_conn_id"), xcom_keys.BURST_JOB: (r.BURST, "skypilot_conn_id")}
+    settings_of: dict[tuple[Any, str, str], Any] = {}  # read once per snapshot
+    config_of: dict[str, Any] = {}
+    live, untrusted = [], []
+    now = time.time()
+    for task in tasks:
+        ti = TaskInstanceRef(task.dag_id, task.task_id, task.run_id, task.map_index, task.try_number)
+        own: dict[str, Any] = {}
+        for key, raw in task.handles.items():
+            kind, conn_attr = kinds[key]
+            try:
+                where = (task.dag_version_id, task.task_id, conn_attr)
+                if where not in settings_of:
+                    settings_of[where] = task_settings(*where)
+                settings = settings_of[where]
+                if settings is None:
+                    verdict: Any = Distrust("the task's serialized DAG cannot be read")
+                elif key == xcom_keys.SLURM_JOB:
+                    if settings.conn_id and settings.conn_id not in config_of:
+                        config_of.update(_slurm_configs({settings.conn_id}))
+                    config = config_of.get(settings.conn_id) if settings.conn_id else None
+                    verdict = (
+                        Distrust(f"connection {settings.conn_id!r} cannot be read")
+                        if config is None
+                        else trusted_slurm_handle(raw, ti, settings, current_deployment(), config)
+                    )
+                else:
+                    verdict = trusted_burst_try(raw, ti, settings, current_deployment())
+            except Exception as exc:
+                verdict = Distrust(f"{type(exc).__name__}: {exc}")
+            if isinstance(verdict, Distrust):
+                log.warning("Compute view: %s.%s %s: %s", task.dag_id, task.task_id, task.run_id, verdict.reason)
+                untrusted.append(r.untrusted_row(task, kind, verdict.reason, now))
+            elif key == xcom_keys.SLURM_JOB:
+                own[key] = verdict.to_dict()
+            else:
+                own[key] = {**raw, "cluster": verdict.cluster}
+        if own:
+            live.append(replace(task, handles=own))
+    return live, untrusted, config_of
 
 
 def _rows_of(task, slurm_states, burst_states, configs, now) -> list[r.ComputeRow]:
@@ -193,7 +247,7 @@ def _rows_of(task, slurm_states, burst_states, configs, now) -> list[r.ComputeRo
 
 
 def _slurm_configs(conn_ids: set[str]) -> dict[str, Any]:
-    """Each Slurm connection's config (None when it cannot be read: its rows still show, without site links)."""
+    """Each Slurm connection's config (None when it cannot be read)."""
     from npa_airflow.slurm.hook import SlurmHook
 
     configs: dict[str, Any] = {}

@@ -86,3 +86,28 @@ def test_worker_processes_share_one_fetch(tmp_path):
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
     assert Path(log).read_text().splitlines() == ["fetch"]
+
+
+def test_a_cluster_that_does_not_answer_never_holds_a_reader_past_its_wait(tmp_path):
+    """The API server's request threads: a hung fetch is waited for `wait` seconds, then the reader gets what the
+    file holds (none yet, later the stale answer); readers meanwhile start no second fetch."""
+    release, calls = threading.Event(), []
+
+    def hung(ids):
+        calls.append(ids)
+        release.wait(30)
+        return {"1": "RUNNING"}
+
+    cache = SharedCache(tmp_path, ttl=0.01)
+    started = time.monotonic()
+    answers = [cache.get("k", ["1"], hung, wait=0.2) for _ in range(5)]
+    assert time.monotonic() - started < 3
+    assert {a.error for a in answers} == {"no answer from the cluster yet (asking it)"} and len(calls) == 1
+    release.set()
+    deadline = time.monotonic() + 10
+    while cache._read("k") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    release.clear()
+    stale = cache.get("k", ["1"], hung, wait=0.2)  # stale at once (ttl 10 ms): a new refresh hangs, the old answer
+    assert stale.value == {"1": "RUNNING"} and len(calls) == 2
+    release.set()

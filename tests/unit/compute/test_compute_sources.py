@@ -46,3 +46,46 @@ def test_nothing_pending_costs_no_squeue_and_a_failed_squeue_leaves_the_states()
     assert hook.commands == []
     failing = FakeHook(rc=1)
     assert sources._pending_reasons(failing, {"7": info("7", JobState.PENDING, "sacct")}) == {}
+
+
+def test_a_handle_that_is_not_its_task_s_own_gets_a_row_saying_so_and_reaches_no_cluster(monkeypatch):
+    """One task's malformed or foreign handle: its row says why, every other row is right, and the cluster's one
+    state query is asked about the other jobs only."""
+    from npa_airflow import trusted_jobs
+    from npa_airflow.common.deployment import current_deployment
+    from npa_airflow.common.naming import job_name_for
+    from npa_airflow.compute import rows as r
+    from npa_airflow.compute.cache import CachedAnswer
+    from npa_airflow.slurm.connection import SlurmConnectionConfig
+
+    def handle(job_id, task="t", **changes):
+        name = job_name_for("d", task, "run", -1, 1, deployment=current_deployment())
+        return {
+            "conn_id": "slurm", "cluster": None, "job_id": job_id, "job_name": name, "login_host": "h:22",
+            "results_dir": f"/r/{name}", "stdout_path": "/r/o", "stderr_path": "/r/e", "try_number": 1, **changes,
+        }  # fmt: skip
+
+    tasks = [
+        r.LiveTask("d", "run", "t", -1, 1, "deferred", {"slurm_job": handle("7")}, {}, "v1"),
+        r.LiveTask("d", "run", "u", -1, 1, "deferred", {"slurm_job": {"job_id": "8"}}, {}, "v1"),  # no conn_id
+        r.LiveTask("d", "run", "w", -1, 1, "deferred", {"slurm_job": handle("9; rm -rf /", task="w")}, {}, "v1"),
+        r.LiveTask("d", "run", "x", -1, 1, "deferred", {"slurm_job": handle("10", task="t")}, {}, "v1"),  # t's name
+    ]
+    monkeypatch.setattr(sources, "live_tasks", lambda: tasks)
+    monkeypatch.setattr(trusted_jobs, "task_settings", lambda version, task, attr: trusted_jobs.TaskSettings("slurm"))
+    config = SlurmConnectionConfig(conn_id="slurm", hosts=(("h", 22),), user="npa", results_root="/r")
+    monkeypatch.setattr(sources, "_slurm_configs", lambda ids: dict.fromkeys(ids, config))
+    asked = []
+
+    class Cache:
+        def get(self, key, items, fetch, wait=0.5):
+            asked.append((key, list(items)))
+            return CachedAnswer(1.0, tuple(items), {"7": {"state": "RUNNING", "native_state": "RUNNING"}})
+
+    snap = sources.snapshot(Cache(), now=2.0)
+    assert asked == [("slurm|slurm|", ["7"])]
+    by_task = {row.task_id: row for row in snap.rows}
+    assert by_task["t"].state == "RUNNING" and by_task["t"].error is None
+    assert "malformed Slurm job handle" in by_task["u"].error and by_task["u"].cluster == "-"
+    assert "malformed Slurm job handle" in by_task["w"].error
+    assert "is not the name of any try of this task instance" in by_task["x"].error
