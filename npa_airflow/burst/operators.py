@@ -101,6 +101,10 @@ class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
         what the serialized DAG names, never with what a handle read back from XCom names (npa_airflow.plugin)."""
         return frozenset(super().get_serialized_fields() | {"skypilot_conn_id", "cluster_name"})
 
+    def linked_job(self) -> dict[str, Any] | None:
+        """The handle of the launch this try has (the "SkyPilot cluster" link), None before or without one."""
+        return self._handle.to_dict() if self._handle is not None else None
+
     # -- what to launch (subclasses) ---------------------------------------------------------------------
 
     def build_task_dict(self, context: Context, secrets: dict[str, str]) -> tuple[dict[str, Any], int]:

@@ -34,6 +34,13 @@ class BurstJobSensor(BaseSensorOperator):
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self.stream_logs = stream_logs
 
+    def linked_job(self) -> dict[str, Any] | None:
+        """The watched launch for the "SkyPilot cluster" link."""
+        try:
+            return self._handle().to_dict()
+        except Exception:
+            return None
+
     def _handle(self) -> BurstJobHandle:
         import ast
 

@@ -1,4 +1,8 @@
-"""Extra links that read the job handle an operator pushed to XCom (visible while the task is still waiting)."""
+"""Extra links to a task's job (visible while the task is still waiting).
+
+Airflow 3 computes a link in the task's own process, with the live operator, when a try defers or ends, and the UI
+shows what it stored. The operator says which job it has (`linked_job`): a step that submitted nothing (a
+conversion that reused its image) then asks for no XCom, whose absence Airflow's client logs as an error."""
 
 from __future__ import annotations
 
@@ -20,6 +24,12 @@ log = logging.getLogger(__name__)
 SLURM_XCOM_KEY = xcom_keys.SLURM_JOB
 SLURM_TRY_XCOM_KEY = xcom_keys.SLURM_TRY
 _URL_FIELDS = ("job_id", "cluster", "job_name", "login_host", "results_dir")
+
+
+def _linked_handle(operator: Any, key: str, ti_key: TaskInstanceKey) -> Any:
+    """The operator's own job handle (a dict, or None: it has none), else the handle in the task's XCom."""
+    linked = getattr(operator, "linked_job", None)
+    return linked() if callable(linked) else XCom.get_value(key=key, ti_key=ti_key)
 
 
 def airflow_xcom_url(ti_key: TaskInstanceKey) -> str:
@@ -45,7 +55,7 @@ class SlurmJobLink(BaseOperatorLink):
     name = "Slurm job"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        handle = XCom.get_value(key=SLURM_XCOM_KEY, ti_key=ti_key)
+        handle = _linked_handle(operator, SLURM_XCOM_KEY, ti_key)
         if not isinstance(handle, dict) or not handle.get("job_id"):
             return ""
         template = _job_url_template(handle.get("conn_id"))
@@ -79,7 +89,7 @@ class BurstJobLink(BaseOperatorLink):
     name = "SkyPilot cluster"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        handle = XCom.get_value(key=BURST_XCOM_KEY, ti_key=ti_key)
+        handle = _linked_handle(operator, BURST_XCOM_KEY, ti_key)
         if not isinstance(handle, dict) or not handle.get("cluster") or not handle.get("endpoint"):
             return ""
         template = _extra_value(handle.get("conn_id"), "dashboard_url_template") or DEFAULT_BURST_URL_TEMPLATE

@@ -86,6 +86,14 @@ class SlurmJobSensor(BaseSensorOperator):
 
         return SlurmHook(self.slurm_conn_id, cluster=cluster)
 
+    def linked_job(self) -> dict[str, Any] | None:
+        """The watched job for the "Slurm job" link (no remote call: a bare id links by its id)."""
+        try:
+            ref = parse_job_reference(self.job)
+        except Exception:
+            return None
+        return ref if isinstance(ref, dict) else {"conn_id": self.slurm_conn_id, "cluster": None, "job_id": ref}
+
     def _handle(self) -> dict[str, Any]:
         ref = parse_job_reference(self.job)
         if isinstance(ref, dict):

@@ -109,6 +109,10 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
         serialized DAG names, never with one a handle read back from XCom names (npa_airflow.plugin)."""
         return frozenset(super().get_serialized_fields() | {"slurm_conn_id"})
 
+    def linked_job(self) -> dict[str, Any] | None:
+        """The handle of the job this try has (the "Slurm job" link), None before or without one."""
+        return self._handle.to_dict() if self._handle is not None else None
+
     def render_template(
         self,
         content: Any,

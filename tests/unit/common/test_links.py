@@ -162,3 +162,18 @@ def test_extra_value_never_raises_and_skips_an_empty_conn_id(monkeypatch):
     assert links._extra_value(None, "job_url_template") is None
     assert links._extra_value("", "job_url_template") is None
     assert read == ["missing"]
+
+
+def test_a_live_operator_s_link_comes_from_its_own_job_without_asking_xcom(monkeypatch):
+    """Airflow computes links in the task's process with the live operator: a step that submitted nothing (a
+    conversion that reused its image) asks for no XCom, whose absence Airflow's client would log as an error."""
+    from npa_airflow.slurm.operators import SlurmSqshConvertOperator
+
+    monkeypatch.setattr(links.XCom, "get_value", staticmethod(lambda key, ti_key: pytest.fail("asked XCom")))
+    monkeypatch.setattr(links, "_job_url_template", lambda conn_id: "https://site/job/{job_id}")
+    op = SlurmSqshConvertOperator(task_id="convert", image="nvcr.io/nvidia/pytorch:24.01-py3")
+    assert links.SlurmJobLink().get_link(op, ti_key=KEY) == ""
+    from npa_airflow.slurm.handle import SlurmJobHandle
+
+    op._handle = SlurmJobHandle.from_dict(handle_dict())
+    assert links.SlurmJobLink().get_link(op, ti_key=KEY) == "https://site/job/101"
