@@ -51,6 +51,7 @@ class ClusterInfo:
     slurm_conf: str
     cluster2: str  # the second cluster (`sbatch -M <cluster2>`), same slurmdbd
     slurm_conf2: str  # its slurm.conf, for admin commands on it
+    other_user: str  # a second Unix user of the cluster (no login): jobs of "someone else"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -108,6 +109,7 @@ def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
         slurm_conf=env["NPA_SLURM_CONF"],
         cluster2=env["NPA_SLURM_CLUSTER2"],
         slurm_conf2=env["NPA_SLURM_CONF2"],
+        other_user=env["NPA_OTHER_USER"],
     )
     if request.config.getoption("--cluster-down"):
         subprocess.run([str(CLUSTER_SCRIPT), "down"], check=True, timeout=300)
