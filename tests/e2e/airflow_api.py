@@ -76,10 +76,15 @@ class AirflowApi:
     def unpause(self, dag_id: str) -> None:
         self.request("PATCH", f"/api/v2/dags/{_q(dag_id)}", json={"is_paused": False})
 
-    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
-        """Trigger a run now (unpausing the DAG first) and return its run id."""
+    def trigger(
+        self, dag_id: str, conf: dict | None = None, *, run_id: str | None = None, logical_date: str | None = None
+    ) -> str:
+        """Trigger a run now (unpausing the DAG first) and return its run id (``run_id``: that one)."""
         self.unpause(dag_id)
-        r = self.request("POST", f"/api/v2/dags/{_q(dag_id)}/dagRuns", json={"logical_date": None, "conf": conf or {}})
+        body: dict[str, Any] = {"logical_date": logical_date, "conf": conf or {}}
+        if run_id is not None:
+            body["dag_run_id"] = run_id
+        r = self.request("POST", f"/api/v2/dags/{_q(dag_id)}/dagRuns", json=body)
         return r.json()["dag_run_id"]
 
     def dag_run(self, dag_id: str, run_id: str) -> dict:
