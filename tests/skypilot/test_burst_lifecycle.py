@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -215,3 +216,35 @@ def test_failed_job_is_a_program_failure_and_a_failed_launch_is_retried(skypilot
         unprovisionable.execute(task_context(f"{dag_id}_aws", 1, run_id))
     assert not isinstance(launch_failure.value, AirflowFailException)
     assert "infrastructure reason" in str(launch_failure.value)
+
+
+def test_two_deployments_with_the_same_dag_and_run_launch_two_clusters_and_each_keeps_its_own(
+    skypilot_server, skypilot_slurm, monkeypatch
+):
+    """Staging and prod on one SkyPilot API server and user, the same DAG for the same date: the deployment keys
+    the cluster names, so each launches its own cluster, and prod's retry reattaches to prod's launch, never
+    staging's. Then each takes down only its own."""
+    from npa_airflow.burst.handle import BurstJobHandle
+    from npa_airflow.burst.hook import SkyPilotHook
+    from npa_airflow.common import deployment as d
+
+    dag_id, run_id = f"npa_burst_two_{uuid.uuid4().hex[:6]}", "scheduled__2026-12-04T00:00:00+00:00"
+    staging = d.Deployment("staging-deployment-key-000001", None, "test")
+    prod = d.Deployment("prod-deployment-key-00000000001", None, "test")
+    handles = {}
+    try:
+        for label, identity in (("staging", staging), ("prod", prod)):
+            monkeypatch.setattr(d, "current_deployment", lambda identity=identity: identity)
+            handles[label] = submit_deferred(burst_operator(ticks=120), task_context(dag_id, 1, run_id)).handle
+        assert handles["staging"]["cluster"] != handles["prod"]["cluster"]
+        monkeypatch.setattr(d, "current_deployment", lambda: prod)
+        retry = submit_deferred(burst_operator(ticks=120), task_context(dag_id, 2, run_id)).handle
+        assert (retry["cluster"], retry["request_id"]) == (handles["prod"]["cluster"], handles["prod"]["request_id"])
+        assert len(launches_for(skypilot_server, handles["staging"]["cluster"])) == 1
+        assert launches_for(skypilot_server, try_name(dag_id, run_id, 2)) == []  # no launch under any try-2 name
+    finally:
+        for handle in handles.values():
+            with SkyPilotHook(handle["conn_id"]) as hook:
+                hook.cancel_and_teardown(BurstJobHandle.from_dict(handle), logging.getLogger(__name__))
+    names = set(server_clusters(skypilot_server))
+    assert not names & {h["cluster"] for h in handles.values()}
