@@ -7,6 +7,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,10 @@ _SAFE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def parse_job_reference(job: Any) -> dict[str, Any] | str:
-    """A handle dict (also as JSON or a rendered dict literal), or a bare Slurm job id string."""
+    """A handle dict (also as JSON or a rendered dict literal), or a bare Slurm job id string.
+
+    The sensor only watches: a handle's secret sidecar and script (whose marker a cancel writes) are its submitter's
+    to remove, and are dropped here, so a handle read from XCom never makes the sensor delete or write a file."""
     if isinstance(job, int) and not isinstance(job, bool):
         job = str(job)
     if isinstance(job, str):
@@ -42,7 +46,8 @@ def parse_job_reference(job: Any) -> dict[str, Any] | str:
     if isinstance(job, dict):
         from npa_airflow.slurm.handle import SlurmJobHandle
 
-        return SlurmJobHandle.from_dict(job).to_dict()
+        watched = replace(SlurmJobHandle.from_dict(job), env_file=None, script_path=None)
+        return watched.to_dict()
     raise NpaValidationError(
         f"job={job!r} is neither a Slurm job id (e.g. '12345', '12345_7', '12345+0') nor a job handle; pass "
         "\"{{ ti.xcom_pull(task_ids='submit', key='slurm_job') }}\" or a job id"

@@ -20,9 +20,11 @@ def slurm_conn(monkeypatch):
 def test_sensor_accepts_a_handle_a_rendered_handle_or_a_job_id():
     from npa_airflow.slurm.sensors import parse_job_reference
 
-    assert parse_job_reference(handle_dict()) == handle_dict()
-    assert parse_job_reference(json.dumps(handle_dict())) == handle_dict()
-    assert parse_job_reference(str(handle_dict())) == handle_dict()  # what a non-native Jinja render gives
+    watched = {**handle_dict(), "script_path": None}  # the sensor only watches: it writes and removes nothing
+    with_sidecar = {**handle_dict(), "env_file": "/shared/results/sidecars/x.env"}
+    assert parse_job_reference(with_sidecar) == watched
+    assert parse_job_reference(json.dumps(handle_dict())) == watched
+    assert parse_job_reference(str(handle_dict())) == watched  # what a non-native Jinja render gives
     assert parse_job_reference(" 12345_7 ") == "12345_7"
     assert parse_job_reference(42) == "42"
     with pytest.raises(NpaValidationError, match="neither a Slurm job id"):
@@ -38,7 +40,8 @@ def test_sensor_defers_with_a_trigger_that_never_cancels_someone_elses_job():
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(context())
     trigger = deferred.value.trigger
-    assert trigger.handle == handle_dict() and trigger.cancel_on_kill is False
+    assert trigger.handle == {**handle_dict(), "script_path": None} and trigger.cancel_on_kill is False
+    assert trigger.secret_files() == ()
     assert trigger.deadline is not None
     assert sensor.execute_complete(context(), make_event_payload("success", handle_dict(), "ok")) == handle_dict()
     with pytest.raises(AirflowFailException, match="ended FAILED"):
