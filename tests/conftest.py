@@ -1,4 +1,8 @@
-"""Fixtures for the local Slurm cluster (dev/cluster): a real cluster on loopback, driven over real SSH."""
+"""Fixtures for the local Slurm cluster (dev/cluster): a real cluster on loopback, driven over real SSH.
+
+The bed is the one `dev/cluster` selects: NPA_SLURM_VERSION=24.11 runs the tests against the Slurm 24.11 bed
+(NPA_CLUSTER_DIR, if set, must hold that bed), otherwise the 22.05 one.
+"""
 
 from __future__ import annotations
 
@@ -52,6 +56,12 @@ class ClusterInfo:
     cluster2: str  # the second cluster (`sbatch -M <cluster2>`), same slurmdbd
     slurm_conf2: str  # its slurm.conf, for admin commands on it
     other_user: str  # a second Unix user of the cluster (no login): jobs of "someone else"
+    slurm_version: str  # the bed's Slurm release: "22.05" (this machine's packages) or "24.11" (a root filesystem)
+    root: str  # the bed's root filesystem ("" when its Slurm is this machine's): admin commands run inside it
+
+    def admin_argv(self, argv: list[str]) -> list[str]:
+        """``argv`` as root where the bed's Slurm lives (``dev/cluster exec``; the command itself for 22.05)."""
+        return [str(CLUSTER_SCRIPT), "exec", "--", *argv] if self.root else argv
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -110,6 +120,8 @@ def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
         cluster2=env["NPA_SLURM_CLUSTER2"],
         slurm_conf2=env["NPA_SLURM_CONF2"],
         other_user=env["NPA_OTHER_USER"],
+        slurm_version=env["NPA_SLURM_VERSION"],
+        root=env["NPA_CLUSTER_ROOT"],
     )
     if request.config.getoption("--cluster-down"):
         subprocess.run([str(CLUSTER_SCRIPT), "down"], check=True, timeout=300)
@@ -151,7 +163,7 @@ def cluster_admin(slurm_cluster: ClusterInfo) -> Callable[..., subprocess.Comple
     """
 
     def run(cmd: str, *, check: bool = True, timeout: float = 120, slurm_conf: str | None = None):
-        env = {**os.environ, "SLURM_CONF": slurm_conf or slurm_cluster.slurm_conf}
-        return _run(["bash", "-c", cmd], check, timeout, env=env)
+        env = {**os.environ, "SLURM_CONF": slurm_conf or slurm_cluster.slurm_conf, "NPA_CLUSTER_DIR": slurm_cluster.dir}
+        return _run(slurm_cluster.admin_argv(["bash", "-c", cmd]), check, timeout, env=env)
 
     return run

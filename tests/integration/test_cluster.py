@@ -153,7 +153,8 @@ def test_status_lists_every_daemon_up(slurm_cluster):
     names = [line.split()[0] for line in result.stdout.splitlines() if line.split()[1] == "up"]
     assert names == [
         "munged", "mariadbd", "slurmdbd", "slurmctld", "slurmctld-b",
-        "slurmd-c1", "slurmd-c2", "slurmd-g1", "slurmd-g2", "slurmd-b1", "slurmd-b2", "sshd-2222", "sshd-2223",
+        "slurmd-c1", "slurmd-c2", "slurmd-g1", "slurmd-g2", "slurmd-b1", "slurmd-b2",
+        f"sshd-{slurm_cluster.port}", f"sshd-{slurm_cluster.port2}",
     ]  # fmt: skip
 
 
