@@ -8,8 +8,9 @@ ambiguous. The sync methods operators call live in :mod:`npa_airflow.slurm.hook`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import asyncssh
@@ -121,6 +122,7 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
             if entry is None or entry[0].is_closed():
                 entry = await open_connection(cfg, self.connect_attempts, self.log)
                 pool.connections[key] = entry
+                pool.only_job_state.pop(key, None)  # another login host may run another squeue
                 pool.channels[key] = asyncio.Semaphore(MAX_CHANNELS_PER_CONNECTION)
         return entry[0], entry[1], pool.channels[key]
 
@@ -338,56 +340,111 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         return (await self.aquery_jobs(job_ids)).states
 
     async def aquery_jobs(
-        self, job_ids: Sequence[str], end_records: Mapping[str, str] | None = None
+        self,
+        job_ids: Sequence[str],
+        end_records: Mapping[str, str] | None = None,
+        pending: Collection[str] = (),
     ) -> commands.JobQuery:
-        """Like :meth:`ajob_states`, and which ids are certainly absent: both sacct and squeue answered without them.
+        """Like :meth:`ajob_states`, and which ids are certainly absent: every tool asked answered without them.
+
+        `pending` are the ids last seen pending (or not seen yet): ONE squeue for them runs in the same round trip
+        as the sacct, because a pending job's reason is true only in slurmctld on every Slurm version (24.11's sacct
+        prints Reason=None for every pending job) and a job sacct does not know yet is there too. A job squeue shows
+        queued or running takes its answer (:func:`commands.merge_pending_states`).
 
         With sacct unanswered (slurmdbd down), a job missing from squeue may simply have ended: not absent.
         `end_records` ({job id: path} of jobs last seen running) are looked for in the sacct command; a job whose
         record exists while sacct says it runs joins the squeue, which settles it as COMPLETED before accounting
-        does (npa_airflow.slurm.end_records). Still at most one sacct and one squeue.
+        does (npa_airflow.slurm.end_records). The other ids sacct cannot settle (unknown to it, or ended in a state
+        Slurm requeues from) get a second squeue after it: a pure state check, with ``--only-job-state`` where the
+        login host's squeue has it (learnt once per connection). At most one sacct and two squeues.
         """
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return commands.JobQuery({})
         cluster = await self.atarget_cluster()
-        found: dict[str, commands.SlurmJobInfo] = {}
         records = {i: p for i, p in (end_records or {}).items() if i in ids and p}
         sacct_argv = commands.build_sacct_states(ids, cluster)
         command = with_end_records(sacct_argv, list(records.values())) if records else sacct_argv
-        sacct = await self.arun(command, check=False)
+        wanted = set(pending)
+        live_ids = [i for i in ids if i in wanted]
+        if live_ids:
+            sacct, squeue = await self.arun_batch([command, commands.build_squeue_states(live_ids, cluster)])
+        else:
+            sacct, squeue = await self.arun(command, check=False), None
         seen, sacct_text = split_end_records(sacct.text, list(records.values())) if records else ({}, sacct.text)
-        if sacct.returncode == 0:
-            found.update(commands.parse_sacct(sacct_text))
-        running = {i for i, info in found.items() if info.state is JobState.RUNNING}
+        accounted = commands.parse_sacct(sacct_text) if sacct.returncode == 0 else {}
+        answers: list[tuple[CommandResult, Sequence[str]]] = []  # each squeue that ran and the ids it asked about
+        found = dict(accounted)
+        answered: set[str] = set()  # ids a squeue answered for (with them or without)
+        live: dict[str, commands.SlurmJobInfo] = {}
+        if squeue is not None:
+            answers.append((squeue, live_ids))
+            first = self._live_answer(squeue)
+            if first is not None:
+                found = commands.merge_pending_states(found, first, live_ids)
+                answered.update(live_ids)
+                live.update(first)
+        running = {i for i, info in accounted.items() if info.state is JobState.RUNNING}
         ending = [i for i, path in records.items() if seen.get(path) and i in running]
-        early: dict[str, commands.SlurmJobInfo] = {}
-        asked = [i for i in ids if i not in found or commands.may_run_again(found[i]) or i in ending]
-        squeue_answered = True
+        asked = [
+            i
+            for i in ids
+            if i not in answered and (i not in accounted or commands.may_run_again(accounted[i]) or i in ending)
+        ]
         if asked:
-            squeue = await self.arun(commands.build_squeue_states(asked, cluster), check=False)
-            live: dict[str, commands.SlurmJobInfo] | None = None
-            if squeue.returncode == 0:
-                live = commands.parse_squeue(squeue.text)
-            elif squeue_job_id_unknown(squeue.error_text):
-                live = {}  # one id that slurmctld does not know: an answer ("not there"), not a failure
-            elif sacct.returncode != 0:
-                raise NpaRemoteError(
-                    f"neither sacct nor squeue answered on {squeue.host}: "
-                    f"sacct: {sacct.error_text[-500:]}; squeue: {squeue.error_text[-500:]}"
-                )
-            else:
-                squeue_answered = False
-            early = ended_before_accounting(found, live or {}, ending)
-            found = {**commands.merge_live_states(found, live, asked), **early}
+            check, second = await self._squeue_states_only(asked, cluster)
+            answers.append((check, asked))
+            found = commands.merge_live_states(found, second, asked)
+            if second is not None:
+                answered.update(asked)
+                live.update(second)
+        if sacct.returncode != 0 and answers and not answered:
+            errors = "; ".join(f"squeue: {result.error_text[-500:]}" for result, _ in answers)
+            raise NpaRemoteError(
+                f"neither sacct nor squeue answered on {sacct.host}: sacct: {sacct.error_text[-500:]}; {errors}"
+            )
+        early = ended_before_accounting(accounted, live, [i for i in ending if i in answered])
+        found.update(early)
         states = {i: found[i] for i in ids if i in found}
-        answered = sacct.returncode == 0 and squeue_answered
+        answered_by_all = answered if sacct.returncode == 0 else set()
         return commands.JobQuery(
             states,
-            frozenset(i for i in ids if i not in states) if answered else frozenset(),
+            frozenset(i for i in ids if i not in states and i in answered_by_all),
             end_records_checked=frozenset(ending),
             ended_before_accounting=frozenset(early),
         )
+
+    @staticmethod
+    def _live_answer(result: CommandResult) -> dict[str, commands.SlurmJobInfo] | None:
+        """squeue's answer: its jobs, {} when the one id asked is unknown to slurmctld, None when it did not answer."""
+        if result.returncode == 0:
+            return commands.parse_squeue(result.text)
+        if squeue_job_id_unknown(result.error_text):
+            return {}  # an answer ("not there"), not a failure
+        return None
+
+    async def _squeue_states_only(
+        self, job_ids: Sequence[str], cluster: str | None
+    ) -> tuple[CommandResult, dict[str, commands.SlurmJobInfo] | None]:
+        """One squeue that only reads states: ``--only-job-state`` (a lighter slurmctld RPC) where the login host's
+        squeue has it and no cluster is named (24.11.5 ignores -M with it). Whether it has it is learnt from the
+        first such command on a connection, which checks for itself."""
+        pool, key = loop_pool(), (await self.aconfig()).pool_key
+        known = pool.only_job_state.get(key)
+        if cluster is not None or known is False:
+            argv: Sequence[str] | str = commands.build_squeue_states(job_ids, cluster)
+        elif known:
+            argv = commands.build_squeue_only_states(job_ids)
+        else:
+            argv = commands.build_squeue_states_detecting(job_ids)
+        result = await self.arun(argv, check=False)
+        if isinstance(argv, str):
+            only, text = commands.split_squeue_form(result.text)
+            if only is not None:
+                pool.only_job_state[key] = only
+                result = dataclasses.replace(result, stdout=text.encode())
+        return result, self._live_answer(result)
 
     async def asubmit_time(self, job_id: str) -> float | None:
         """When ``job_id`` was submitted (epoch seconds, Slurm's own record), or None if neither tool says."""

@@ -1,8 +1,9 @@
 """One batched poll per cluster for every waiting Slurm job in this process.
 
 Triggers register a job (and its log files) with the poller of their cluster and await updates. Each cycle
-issues ONE state query (`SlurmHook.aquery_jobs`: one sacct, at most one squeue for the jobs sacct cannot
-settle, those whose end record appeared while accounting lags among them) for all registered jobs, and ONE
+issues ONE state query (`SlurmHook.aquery_jobs`: one sacct, with one squeue in the same round trip for the jobs
+last seen pending (their reason is slurmctld's), and at most one more squeue for the jobs sacct cannot settle,
+those whose end record appeared while accounting lags among them) for all registered jobs, and ONE
 remote command that tails all their log files from their byte offsets. The same command persists the offsets
 the triggers have already written to the task log in a small file next to the job's stdout
 (`<stdout>.npa-offsets`), so a restarted triggerer resumes the log where it stopped at no extra cost.
@@ -385,8 +386,11 @@ class SlurmPoller(OffsetBookkeeping):
         self.stats.max_jobs_per_query = max(self.stats.max_jobs_per_query, len(job_ids))
         self.stats.last_query_job_ids = tuple(job_ids)
         end_records = {r.job_id: path for r in regs if (path := r.watched_end_record)}
+        # squeue (in the same round trip) only for jobs last seen pending or not seen yet: their reason is
+        # slurmctld's (24.11's sacct has none), and a running job costs slurmctld no RPC.
+        pending = sorted({r.job_id for r in regs if r.state in (JobState.PENDING, JobState.UNKNOWN)})
         try:
-            query: JobQuery = await self.hook.aquery_jobs(job_ids, end_records=end_records)
+            query: JobQuery = await self.hook.aquery_jobs(job_ids, end_records=end_records, pending=pending)
         except Exception as exc:
             self._consecutive_failures += 1
             self.stats.failures += 1

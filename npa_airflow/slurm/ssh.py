@@ -63,6 +63,8 @@ class ConnectionPool:
         self.locks: dict[str, asyncio.Lock] = {}
         self.channels: dict[str, asyncio.Semaphore] = {}
         self.connects = 0  # how many SSH connections this loop opened (benchmarks and tests read it)
+        # Whether the login host's squeue has --only-job-state, learnt on the current connection of each key.
+        self.only_job_state: dict[str, bool] = {}
 
 
 _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ConnectionPool] = weakref.WeakKeyDictionary()

@@ -55,6 +55,7 @@ class LocalClusterDouble:
         self.path_checks: list[list[str]] = []  # paths of each apaths_exist call
         self.controller: dict[str, JobState] = {}  # what squeue says, where it differs from sacct (lag)
         self.end_record_calls: list[dict[str, str]] = []  # the end records each state query looked for
+        self.pending_calls: list[list[str]] = []  # the ids each state query asked squeue about with its sacct
 
     async def ajob_states(self, job_ids):
         self.state_calls.append(list(job_ids))
@@ -63,11 +64,13 @@ class LocalClusterDouble:
             raise ConnectionError("connection to 127.0.0.1:2222 lost")
         return {j: info(j, self.states[j], reason=self.reasons.get(j)) for j in job_ids if j in self.states}
 
-    async def aquery_jobs(self, job_ids, end_records=None):
+    async def aquery_jobs(self, job_ids, end_records=None, pending=()):
         """`states` is what sacct says; a job in `controller` (what squeue says) whose end record exists locally
-        while sacct says RUNNING takes squeue's answer when it is COMPLETED, as the hook does."""
+        while sacct says RUNNING takes squeue's answer when it is COMPLETED, as the hook does. `pending` (the ids
+        the poller asks squeue about with the sacct) is recorded in `pending_calls`."""
         states = await self.ajob_states(job_ids)
         self.end_record_calls.append(dict(end_records or {}))
+        self.pending_calls.append(list(pending))
         checked = [
             j for j, path in (end_records or {}).items()
             if Path(path).exists() and j in states and states[j].state is JobState.RUNNING

@@ -114,6 +114,47 @@ def test_a_job_pending_on_a_never_clearing_reason_fails_fast_and_is_cancelled(sl
     assert state.startswith("CANCELLED"), state
 
 
+def test_the_task_log_says_why_a_job_is_pending(slurm_cluster, cluster_ssh):
+    """A held job: the trigger's PENDING line carries slurmctld's reason (24.11's sacct has none, 22.05's is
+    often None too), and only one squeue per cycle asks about it."""
+    from npa_airflow.slurm.hook import SlurmHook
+    from tests.harness.airflow_tasks import collecting_logger, submit_deferred
+
+    reset_pollers()
+    op = make_operator(command="true", extra_sbatch=["--hold"])
+    trigger = submit_deferred(op, task_context(f"npa_itest_held_{uuid.uuid4().hex[:6]}"))
+    trigger._log, collected = collecting_logger("held")
+    job_id = trigger.handle["job_id"]
+    commands: list[str] = []
+    arun = SlurmHook.arun
+
+    async def counting(self, argv, **kwargs):
+        commands.append(argv if isinstance(argv, str) else " ".join(argv))
+        return await arun(self, argv, **kwargs)
+
+    async def until_reason() -> None:
+        events = trigger.run()
+        waiting = asyncio.ensure_future(events.__anext__())
+        deadline = time.monotonic() + 60
+        while not any("reason JobHeldUser" in line for line in collected.lines):
+            assert not waiting.done(), waiting.result()
+            assert time.monotonic() < deadline, collected.lines
+            await asyncio.sleep(0.2)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        await events.aclose()
+
+    SlurmHook.arun = counting  # type: ignore[method-assign]
+    try:
+        asyncio.run(until_reason())
+    finally:
+        SlurmHook.arun = arun  # type: ignore[method-assign]
+        cluster_ssh(f"scancel {job_id}")
+    assert f"Slurm job {job_id} is PENDING (PENDING, reason JobHeldUser)" in collected.lines
+    state_queries = [c for c in commands if "sacct" in c and "--jobs=" in c]
+    assert state_queries and all(c.count("squeue ") == 1 for c in state_queries), "squeue rides with the sacct"
+
+
 def poll_state(cluster_ssh, job_id: str, timeout: float = 30) -> str:
     """The job's state as sacct records it, waiting out accounting lag."""
     deadline = time.monotonic() + timeout

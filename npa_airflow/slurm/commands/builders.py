@@ -28,6 +28,7 @@ from npa_airflow.slurm.commands.records import (
     FIND_SACCT_FIELDS,
     FIND_SQUEUE_FIELDS,
     SACCT_FIELDS,
+    SQUEUE_FORM_MARK,
     SQUEUE_FORMAT,
     TAIL_END,
     TAIL_MARK,
@@ -88,6 +89,28 @@ def _squeue_all_states(cluster: str | None, *selectors: str, fmt: str = SQUEUE_F
 def build_squeue_states(job_ids: Iterable[str], cluster: str | None = None, user: str | None = None) -> list[str]:
     """ONE squeue for many jobs (``user``'s only, if given), all states (finished jobs stay visible for MinJobAge)."""
     return _squeue_all_states(cluster, *([_user_arg(user)] if user else []), f"--jobs={job_id_list(job_ids)}")
+
+
+def build_squeue_only_states(job_ids: Iterable[str]) -> list[str]:
+    """ONE ``squeue --only-job-state`` for many jobs, all states: slurmctld's lighter state RPC (Slurm 24.05+).
+
+    It answers with the ids and states only (Reason ``None``, no nodes, name ``(null)``), and for the login host's
+    default cluster only: 24.11.5 ignores ``-M`` with this option (it prints "CLUSTER: b" over the default
+    cluster's jobs), so it takes no cluster.
+    """
+    return ["squeue", "-h", "-t", "all", "--only-job-state", f"--jobs={job_id_list(job_ids)}", "-o", SQUEUE_FORMAT]
+
+
+def build_squeue_states_detecting(job_ids: Iterable[str]) -> str:
+    """:func:`build_squeue_only_states` where the login host's squeue has the option, else
+    :func:`build_squeue_states`; a first line says which ran (:func:`parsers.split_squeue_form`). The check reads
+    ``squeue --help`` (no RPC); a hook asks it once per connection, then sends the form it learnt."""
+    ids = list(job_ids)
+    only, full = shlex.join(build_squeue_only_states(ids)), shlex.join(build_squeue_states(ids))
+    return (
+        f"if squeue --help 2>/dev/null | grep -q -e --only-job-state; then echo {SQUEUE_FORM_MARK} only-job-state; "
+        f"exec {only}; fi; echo {SQUEUE_FORM_MARK} full; exec {full}"
+    )
 
 
 def _user_arg(user: str) -> str:

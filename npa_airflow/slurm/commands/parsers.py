@@ -182,7 +182,7 @@ def parse_squeue(stdout: str, fields: Sequence[str] = records.SQUEUE_FIELDS) -> 
             state=interpret_native_state(native),
             exit_code=None,
             signal=None,
-            job_name=_none_if(name),
+            job_name=_none_if(name, "(null)"),  # "(null)": --only-job-state has no names
             node_list=_none_if(nodes, "(null)"),
             reason=_none_if(reason, "None"),
             source="squeue",
@@ -190,6 +190,33 @@ def parse_squeue(stdout: str, fields: Sequence[str] = records.SQUEUE_FIELDS) -> 
         )
         rows.append((raw_id, info))
     return _index(rows)
+
+
+def split_squeue_form(stdout: str) -> tuple[bool | None, str]:
+    """(whether ``--only-job-state`` ran, squeue's own output) from :func:`builders.build_squeue_states_detecting`
+    output; (None, stdout) when the first line is not its mark (the check did not run)."""
+    first, _, rest = stdout.partition("\n")
+    mark, _, form = first.partition(" ")
+    if mark != records.SQUEUE_FORM_MARK:
+        return None, stdout
+    return form.strip() == "only-job-state", rest
+
+
+def merge_pending_states(
+    accounted: dict[str, records.SlurmJobInfo], live: dict[str, records.SlurmJobInfo], asked: Sequence[str]
+) -> dict[str, records.SlurmJobInfo]:
+    """sacct's answers, where squeue answered for the `asked` ids (jobs last seen pending), corrected by it.
+
+    slurmctld's view wins for a job it shows queued or running: its pending Reason is true on every version
+    (24.11's sacct prints Reason=None for every pending job) and it leads accounting. A job that ended keeps
+    sacct's record (exit code, reason), and one squeue no longer shows keeps sacct's answer too.
+    """
+    merged = dict(accounted)
+    for job_id in asked:
+        now = live.get(job_id)
+        if now is not None and (job_id not in accounted or now.state in (JobState.PENDING, JobState.RUNNING)):
+            merged[job_id] = now
+    return merged
 
 
 def _fields_of(line: str, count: int) -> list[str] | None:

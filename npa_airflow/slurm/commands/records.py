@@ -20,6 +20,9 @@ SQUEUE_FORMAT = "|".join(SQUEUE_FIELDS)
 FIND_SACCT_FIELDS = (*SACCT_FIELDS, "Submit", "Comment")
 FIND_SQUEUE_FIELDS = (*SQUEUE_FIELDS, "%V", "%k")
 
+# First line of a squeue that checks for --only-job-state itself: "NPA-SQUEUE-FORM only-job-state" or "... full".
+SQUEUE_FORM_MARK = "NPA-SQUEUE-FORM"
+
 # Log tail frames: per request a header "NPA-TAIL <index> <size>" then one line of base64, then an end line.
 TAIL_MARK = "NPA-TAIL"
 TAIL_END = "NPA-TAIL-END"

@@ -1,10 +1,17 @@
-"""AsyncSlurmHook.aquery_jobs and asubmit_time on scripted answers of the local 22.05 cluster: a job is "absent"
-only when sacct and squeue both answered without it; a submit time is Slurm's own record."""
+"""AsyncSlurmHook.aquery_jobs and asubmit_time against scripted sacct and squeue answers recorded on the local
+22.05 and 24.11 clusters: a job is "absent" only when the tools asked about it answered without it; a pending job's
+reason is slurmctld's, asked in the same round trip as the sacct; a submit time is Slurm's own record.
+
+The hook's commands run for real in local bash (batches, end-record lines, the --only-job-state check), around
+`sacct` and `squeue` scripts on PATH that print the scripted answers and log their arguments.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -19,18 +26,58 @@ INVALID_ID = "slurm_load_jobs error: Invalid job id specified\n"
 DBD_DOWN = "sacct: error: Problem talking to the database: Connection refused\n"
 CTLD_DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
 RUNNING = "7|7|RUNNING|None|c1|job\n"
+# `squeue --help`, the line that matters: 24.11 lists it, 22.05 does not.
+HELP_2411 = "      --only-job-state            Only query job state\n"
+HELP_2205 = "  -p, --partition=partition(s)    comma separated list of partitions\n"
 
 
-def scripted(sacct: tuple[int, str, str], squeue: tuple[int, str, str]) -> SlurmHook:
-    hook = SlurmHook(config=CONFIG)
+class Tools:
+    """Fake `sacct` and `squeue` in a bin directory put first on PATH; `hook()` runs every command in bash."""
 
-    async def arun(argv, **kwargs):
-        command = argv if isinstance(argv, str) else shlex.join(argv)
-        rc, out, err = sacct if command.startswith("sacct") else squeue
-        return CommandResult(stdout=out.encode(), stderr=err.encode(), returncode=rc, host="login1")
+    def __init__(
+        self,
+        tmp_path: Path,
+        sacct: tuple[int, str, str] = (0, "", ""),
+        squeue: tuple[int, str, str] = (0, "", ""),
+        help_text: str = HELP_2205,
+    ) -> None:
+        self.dir = tmp_path / "tools"
+        self.bin = self.dir / "bin"
+        self.bin.mkdir(parents=True)
+        for tool, (rc, out, err) in (("sacct", sacct), ("squeue", squeue)):
+            (self.dir / f"{tool}.out").write_text(out)
+            (self.dir / f"{tool}.err").write_text(err)
+            help_line = f'[ "$1" != --help ] || {{ printf %s {shlex.quote(help_text)}; exit 0; }}\n'
+            script = self.bin / tool
+            script.write_text(
+                "#!/bin/bash\n"
+                + (help_line if tool == "squeue" else "")
+                + f'printf "%s\\n" "$*" >> {shlex.quote(str(self.dir / tool))}.log\n'
+                + f"cat {shlex.quote(str(self.dir / tool))}.out; cat {shlex.quote(str(self.dir / tool))}.err >&2\n"
+                + f"exit {rc}\n"
+            )
+            script.chmod(0o755)
+        self.round_trips: list[str] = []
 
-    hook.arun = arun  # type: ignore[method-assign]
-    return hook
+    def calls(self, tool: str) -> list[str]:
+        log = self.dir / f"{tool}.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+    def hook(self, cluster: str | None = None) -> SlurmHook:
+        hook = SlurmHook(config=CONFIG, cluster=cluster)
+        env = {"PATH": f"{self.bin}:/usr/bin:/bin"}
+
+        async def arun(argv, *, stdin=None, check=True, **kwargs):
+            command = argv if isinstance(argv, str) else shlex.join(argv)
+            self.round_trips.append(command)
+            proc = await asyncio.create_subprocess_exec(
+                "bash", "-c", command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            out, err = await proc.communicate(stdin or b"")
+            return CommandResult(stdout=out, stderr=err, returncode=proc.returncode, host="login1")
+
+        hook.arun = arun  # type: ignore[method-assign]
+        return hook
 
 
 @pytest.mark.parametrize(
@@ -42,39 +89,103 @@ def scripted(sacct: tuple[int, str, str], squeue: tuple[int, str, str]) -> Slurm
         ((0, "", ""), (0, RUNNING, ""), set()),  # accounting lags, squeue has it
     ],
 )
-async def test_a_job_is_absent_only_when_both_tools_answered_without_it(sacct, squeue, absent):
-    query = await scripted(sacct, squeue).aquery_jobs(["7"])
+@pytest.mark.parametrize("pending", [(), ("7",)], ids=["after-sacct", "with-sacct"])
+async def test_a_job_is_absent_only_when_both_tools_answered_without_it(tmp_path, sacct, squeue, absent, pending):
+    query = await Tools(tmp_path, sacct, squeue).hook().aquery_jobs(["7"], pending=pending)
     assert query.absent == frozenset(absent)
     assert ("7" in query.states) is (squeue[1] == RUNNING)
 
 
-async def test_neither_tool_answering_is_an_error_not_an_absence():
+@pytest.mark.parametrize("pending", [(), ("7",)], ids=["after-sacct", "with-sacct"])
+async def test_neither_tool_answering_is_an_error_not_an_absence(tmp_path, pending):
+    tools = Tools(tmp_path, (1, "", DBD_DOWN), (1, "", CTLD_DOWN))
     with pytest.raises(NpaRemoteError, match="neither sacct nor squeue answered"):
-        await scripted((1, "", DBD_DOWN), (1, "", CTLD_DOWN)).aquery_jobs(["7"])
+        await tools.hook().aquery_jobs(["7"], pending=pending)
 
 
-async def test_submit_time_is_slurms_record():
-    hook = scripted((0, "7|1796216400\n", ""), (0, "7|1796216400\n", ""))
+# As the 24.11 bed answers: sacct has no pending reason, squeue has it.
+SACCT_2411 = (
+    "6|6|PENDING|0:0|None assigned|None|wrap\n5|5|PENDING|0:0|None assigned|None|wrap\n7|7|RUNNING|0:0|c1|None|wrap\n"
+)
+SQUEUE_2411 = "6|6|PENDING|DependencyNeverSatisfied||wrap\n5|5|PENDING|JobHeldUser||wrap\n"
+
+
+async def test_a_pending_jobs_reason_comes_from_squeue_in_the_same_round_trip(tmp_path):
+    tools = Tools(tmp_path, (0, SACCT_2411, ""), (0, SQUEUE_2411, ""))
+    query = await tools.hook().aquery_jobs(["5", "6", "7"], pending=["5", "6"])
+    assert {i: (s.state, s.reason) for i, s in query.states.items()} == {
+        "5": (JobState.PENDING, "JobHeldUser"),
+        "6": (JobState.PENDING, "DependencyNeverSatisfied"),
+        "7": (JobState.RUNNING, None),
+    }
+    assert len(tools.round_trips) == 1, "the squeue rides with the sacct"
+    assert tools.calls("squeue") == ["-h -t all --jobs=5,6 -o %i|%A|%T|%r|%N|%j"], "only the pending jobs"
+
+
+async def test_a_running_job_costs_slurmctld_nothing(tmp_path):
+    tools = Tools(tmp_path, (0, SACCT_2411, ""), (0, SQUEUE_2411, ""))
+    query = await tools.hook().aquery_jobs(["7"], pending=[])
+    assert query.states["7"].state is JobState.RUNNING
+    assert tools.calls("squeue") == [] and len(tools.round_trips) == 1
+
+
+@pytest.mark.parametrize(
+    ("live", "expected"),
+    [
+        ("6|6|RUNNING|None|c2|wrap\n", (JobState.RUNNING, "RUNNING", "c2")),  # slurmctld leads accounting
+        ("6|6|FAILED|NonZeroExitCode|c2|wrap\n", (JobState.PENDING, "PENDING", None)),  # exit code: sacct's, later
+        ("", (JobState.PENDING, "PENDING", None)),  # squeue no longer shows it: sacct's word stands
+    ],
+)
+async def test_squeue_corrects_a_pending_job_only_while_it_is_queued_or_running(tmp_path, live, expected):
+    tools = Tools(tmp_path, (0, SACCT_2411, ""), (0, live, ""))
+    info = (await tools.hook().aquery_jobs(["6"], pending=["6"])).states["6"]
+    assert (info.state, info.native_state, info.node_list) == expected
+
+
+async def test_a_pending_job_keeps_saccts_state_when_slurmctld_does_not_answer(tmp_path):
+    tools = Tools(tmp_path, (0, SACCT_2411, ""), (1, "", CTLD_DOWN))
+    query = await tools.hook().aquery_jobs(["6"], pending=["6"])
+    assert query.states["6"].state is JobState.PENDING and query.states["6"].reason is None
+    assert query.absent == frozenset()
+
+
+async def test_a_job_sacct_does_not_know_yet_is_settled_by_the_same_round_trip(tmp_path):
+    """Just submitted (not seen yet): accounting lags, slurmctld has it; no second squeue."""
+    tools = Tools(tmp_path, (0, "", ""), (0, SQUEUE_2411, ""))
+    query = await tools.hook().aquery_jobs(["5"], pending=["5"])
+    assert (query.states["5"].reason, query.states["5"].source) == ("JobHeldUser", "squeue")
+    assert len(tools.round_trips) == 1 and len(tools.calls("squeue")) == 1
+
+
+@pytest.mark.parametrize(
+    ("help_text", "cluster", "form"),
+    [
+        (HELP_2411, None, "--only-job-state"),
+        (HELP_2205, None, "full"),
+        (HELP_2411, "b", "full"),  # 24.11.5 ignores -M with --only-job-state: never together
+    ],
+)
+async def test_a_pure_state_check_uses_only_job_state_where_squeue_has_it(tmp_path, help_text, cluster, form):
+    """A job sacct does not know that was not pending (accounting down while it runs): squeue for its state only.
+    Whether squeue has --only-job-state is learnt by the first such command on a connection, then sent as is."""
+    tools = Tools(tmp_path, (1, "", DBD_DOWN), (0, RUNNING, ""), help_text=help_text)
+    hook = tools.hook(cluster)
+    for _ in range(2):
+        assert (await hook.aquery_jobs(["7"])).states["7"].state is JobState.RUNNING
+    calls = tools.calls("squeue")
+    assert len(calls) == 2 and len(tools.round_trips) == 4
+    assert all(("--only-job-state" in c) is (form != "full") for c in calls)
+    assert ("-M b" in calls[0]) is (cluster is not None)
+    # The check (squeue --help) rides in the first command only, and not at all with a cluster named.
+    checks = ["--help" in trip for trip in tools.round_trips if "squeue" in trip]
+    assert checks == ([True, False] if cluster is None else [False, False])
+
+
+async def test_submit_time_is_slurms_record(tmp_path):
+    hook = Tools(tmp_path, (0, "7|1796216400\n", ""), (0, "7|1796216400\n", "")).hook()
     assert await hook.asubmit_time("7") == 1796216400.0
-    assert await scripted((0, "", ""), (1, "", INVALID_ID)).asubmit_time("7") is None
-
-
-def lagging(sacct_out: str, squeue_out: str, asked: list[str]) -> SlurmHook:
-    """sacct and squeue answers scripted; the end records line of the sacct command runs for real in bash."""
-    hook = SlurmHook(config=CONFIG)
-
-    async def arun(argv, **kwargs):
-        command = argv if isinstance(argv, str) else shlex.join(argv)
-        asked.append(command)
-        if command.startswith("squeue"):
-            return CommandResult(stdout=squeue_out.encode(), stderr=b"", returncode=0, host="login1")
-        records, _, sacct = command.rpartition("exec ")
-        assert sacct.startswith("sacct")
-        line = subprocess.run(["bash", "-c", records + "true"], capture_output=True, check=True).stdout
-        return CommandResult(stdout=line + sacct_out.encode(), stderr=b"", returncode=0, host="login1")
-
-    hook.arun = arun  # type: ignore[method-assign]
-    return hook
+    assert await Tools(tmp_path / "b", (0, "", ""), (1, "", INVALID_ID)).hook().asubmit_time("7") is None
 
 
 async def test_a_job_whose_end_record_exists_while_sacct_says_running_is_settled_by_squeue(tmp_path):
@@ -83,12 +194,12 @@ async def test_a_job_whose_end_record_exists_while_sacct_says_running_is_settled
     (tmp_path / "7" / "child_exit_code").write_text("0\n")
     records = {i: str(tmp_path / i / "child_exit_code") for i in ("7", "8", "9")}
     sacct = "7|7|RUNNING|0:0|c1|None|a\n8|8|RUNNING|0:0|c1|None|b\n9|9|RUNNING|0:0|c1|None|c\n"
-    asked: list[str] = []
-    query = await lagging(sacct, "7|7|COMPLETED|None|c1|a\n", asked).aquery_jobs(["7", "8", "9"], records)
+    tools = Tools(tmp_path, (0, sacct, ""), (0, "7|7|COMPLETED|None|c1|a\n", ""))
+    query = await tools.hook().aquery_jobs(["7", "8", "9"], records)
     assert query.states["7"].state is JobState.COMPLETE and query.states["7"].source == "squeue"
     assert [query.states[i].state for i in ("8", "9")] == [JobState.RUNNING, JobState.RUNNING]
     assert query.end_records_checked == {"7"} and query.ended_before_accounting == {"7"}
-    assert len(asked) == 2 and "--jobs=7 " in asked[1]  # one sacct, then one squeue for job 7 only
+    assert len(tools.round_trips) == 2 and tools.calls("squeue") == ["-h -t all --jobs=7 -o %i|%A|%T|%r|%N|%j"]
 
 
 @pytest.mark.parametrize(
@@ -102,14 +213,15 @@ async def test_a_job_whose_end_record_exists_while_sacct_says_running_is_settled
 async def test_only_a_completed_answer_settles_a_job_early(tmp_path, squeue, state):
     record = tmp_path / "child_exit_code"
     record.write_text("0\n")
-    query = await lagging("7|7|RUNNING|0:0|c1|None|a\n", squeue, []).aquery_jobs(["7"], {"7": str(record)})
+    tools = Tools(tmp_path, (0, "7|7|RUNNING|0:0|c1|None|a\n", ""), (0, squeue, ""))
+    query = await tools.hook().aquery_jobs(["7"], {"7": str(record)})
     assert query.states["7"].state is state and query.end_records_checked == {"7"}
     assert query.ended_before_accounting == frozenset()
 
 
 async def test_no_end_record_and_no_squeue_in_steady_state(tmp_path):
-    asked: list[str] = []
     records = {"7": str(tmp_path / "child_exit_code")}  # not written: the job runs
-    query = await lagging("7|7|RUNNING|0:0|c1|None|a\n", "", asked).aquery_jobs(["7"], records)
+    tools = Tools(tmp_path, (0, "7|7|RUNNING|0:0|c1|None|a\n", ""))
+    query = await tools.hook().aquery_jobs(["7"], records)
     assert query.states["7"].state is JobState.RUNNING and query.end_records_checked == frozenset()
-    assert len(asked) == 1, "a running job without an end record costs slurmctld nothing"
+    assert len(tools.round_trips) == 1 and tools.calls("squeue") == [], "a running job costs slurmctld nothing"

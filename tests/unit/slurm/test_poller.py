@@ -345,3 +345,21 @@ async def test_an_end_record_that_slurmctld_does_not_confirm_is_asked_about_a_fe
     assert reg.state is JobState.RUNNING
     assert poller.stats.end_confirmations == poller_mod.MAX_END_CONFIRMATIONS
     assert double.end_record_calls[-1] == {}
+
+
+async def test_squeue_is_asked_only_about_jobs_last_seen_pending_or_not_seen_yet(double):
+    """A pending job's reason is slurmctld's (24.11's sacct has none): the state query asks squeue about those
+    jobs with its sacct; a running or ended job costs slurmctld no RPC."""
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    double.states.update({"7": JobState.PENDING, "8": JobState.RUNNING})
+    poller.register("7")
+    poller.register("8")
+    poller.register("9")  # not known to either tool yet
+    await poller.cycle()
+    assert double.pending_calls[-1] == ["7", "8", "9"], "nothing seen yet: all of them"
+    await poller.cycle()
+    assert double.pending_calls[-1] == ["7", "9"]
+    double.states.update({"7": JobState.RUNNING, "9": JobState.COMPLETE})
+    await poller.cycle()
+    await poller.cycle()
+    assert double.pending_calls[-1] == []
