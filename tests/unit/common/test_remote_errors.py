@@ -46,8 +46,9 @@ def test_sbatch_that_timed_out_waiting_may_have_submitted():
     assert e.sbatch_outcome_unknown("slurm_submit_batch_job: operation timed out")
 
 
-def test_squeue_single_unknown_id_recorded():
-    recorded = (SLURM / "squeue_invalid_id.txt").read_text()
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_squeue_single_unknown_id_recorded(version):
+    recorded = (SLURM / version / "squeue_invalid_id.txt").read_text()
     assert e.squeue_job_id_unknown(recorded)
     assert not e.squeue_job_id_unknown(CONTROLLER_DOWN[1])
 

@@ -1,6 +1,6 @@
 """Checked cancels (npa_airflow.slurm.cancels): a cancel is reported only when it happened, the cancel marker is
 written before scancel, and a cancel by name can only ever reach this try's job. Slurm's answers are scripted
-here from what the local 22.05 cluster prints (tests/unit/slurm/samples); tests/reliability runs them for real."""
+here from what the local 22.05 cluster prints (tests/unit/slurm/samples/22.05); tests/reliability runs them for real."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 from npa_airflow.slurm import commands as c
 from npa_airflow.slurm.fit import Request, mem_mb_of, misfit, never_clearing_reason
 
-SAMPLES = Path(__file__).parent / "samples"
+SAMPLES = Path(__file__).parent / "samples" / "22.05"
 NODES = c.parse_scontrol_nodes((SAMPLES / "scontrol_nodes.txt").read_text())
 PARTS = c.parse_partitions((SAMPLES / "scontrol_partitions.txt").read_text())
 

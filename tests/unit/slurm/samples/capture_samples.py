@@ -1,17 +1,17 @@
-"""Record real sbatch / sacct / squeue / scancel / scontrol output from the local cluster into this folder.
+"""Record real sbatch / sacct / squeue / scancel / scontrol output from a local cluster into this folder.
 
-Run against a running cluster (``dev/cluster up``):
+Run against a running bed (``dev/cluster [--slurm VERSION] up``); the output goes to ``<VERSION>/``:
 
-    .venv/bin/python tests/unit/slurm/samples/capture_samples.py
+    .venv/bin/python tests/unit/slurm/samples/capture_samples.py [--slurm 24.11] [find]
 
 It submits a handful of tiny CPU jobs (complete, exit 7, killed by a signal, cancelled while running,
 held, array, het, requeued), waits for them to settle and writes each tool's output, built by the same
-builders the hook uses, to ``*.txt`` files that the parser tests read. Nothing here runs during pytest.
+builders the hook uses, to ``*.txt`` files that the parser tests read (for every version recorded). The bed is
+the one `dev/cluster env` names (``--slurm`` or NPA_SLURM_VERSION choose it). Nothing here runs during pytest.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -21,16 +21,29 @@ from pathlib import Path
 from npa_airflow.slurm import commands as c
 
 HERE = Path(__file__).parent
-CLUSTER_DIR = Path(os.environ.get("NPA_CLUSTER_DIR", "/var/tmp/npa-cluster"))
-SSH = [
-    "ssh",
-    "-i", str(CLUSTER_DIR / "ssh" / "id_ed25519"),
-    "-o", f"UserKnownHostsFile={CLUSTER_DIR / 'ssh' / 'known_hosts'}",
-    "-o", "BatchMode=yes",
-    "-p", "2222",
-    "npa@127.0.0.1",
-]  # fmt: skip
+CLUSTER = Path(__file__).resolve().parents[4] / "dev" / "cluster"
 PREFIX = "npa-sample"
+
+
+def bed_env(args: list[str]) -> dict[str, str]:
+    """The bed's settings from `dev/cluster env` (the one NPA_SLURM_VERSION, or `--slurm` in `args`, names)."""
+    out = subprocess.run([str(CLUSTER), *args, "env"], check=True, capture_output=True, text=True).stdout
+    return {k.removeprefix("export "): shlex.split(v)[0] for k, _, v in (x.partition("=") for x in out.splitlines())}
+
+
+ARGS = sys.argv[1:]
+BED_ARGS = ARGS[:2] if ARGS[:1] == ["--slurm"] else []
+MODE = ARGS[len(BED_ARGS) :]
+ENV = bed_env(BED_ARGS)
+OUT = HERE / ENV["NPA_SLURM_VERSION"]
+SSH = [
+    "ssh", "-F", "/dev/null",
+    "-i", ENV["NPA_SSH_KEY"],
+    "-o", f"UserKnownHostsFile={ENV['NPA_KNOWN_HOSTS']}",
+    "-o", "BatchMode=yes",
+    "-p", ENV["NPA_SSH_PORT"],
+    f"{ENV['NPA_SSH_USER']}@127.0.0.1",
+]  # fmt: skip
 
 
 def remote(command: list[str] | str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
@@ -49,8 +62,9 @@ def submit(name: str, *args: str, script: str | None = None) -> str:
 
 
 def save(name: str, text: str) -> None:
-    (HERE / name).write_text(text)
-    print(f"wrote {name} ({len(text.splitlines())} lines)")
+    OUT.mkdir(exist_ok=True)
+    (OUT / name).write_text(text)
+    print(f"wrote {OUT.name}/{name} ({len(text.splitlines())} lines)")
 
 
 def wait_for(job_id: str, states: set[str], timeout: float = 60) -> None:
@@ -74,6 +88,12 @@ def main() -> None:
     het = submit("het", script="#!/bin/bash\n#SBATCH -n1\n#SBATCH hetjob\n#SBATCH -n1\nsrun true\n")
     requeue = submit("requeue", "--requeue", "--wrap", "sleep 120")
     sbatch_outputs.append(remote(["sbatch", "--parsable", "-p", "cpu", "-o", "/dev/null", "--hold", "--wrap", "true"]))
+    held_array = remote(
+        ["sbatch", "--parsable", "-p", "cpu", "-o", "/dev/null", "--array=1-3", "--hold", "--wrap", "true"]
+    )
+    on_cluster = remote(
+        ["sbatch", "--parsable", "-M", "npa", "-p", "cpu", "-o", "/dev/null", "--hold", "--wrap", "true"]
+    )
     ids = [ok, fail, killed, cancel, held, array, het, requeue]
 
     wait_for(cancel, {"RUNNING"})
@@ -84,6 +104,11 @@ def main() -> None:
 
     save("sacct_states.txt", remote(c.build_sacct_states(ids)).stdout)
     save("squeue_states.txt", remote(c.build_squeue_states(ids)).stdout)
+    only = remote(c.build_squeue_only_states(ids))  # 23.x and later; the error on 22.05
+    save("squeue_only_states.txt", only.stdout if only.returncode == 0 else f"rc={only.returncode}\n{only.stderr}")
+    save("squeue_pending_array.txt", remote(c.build_squeue_states([held_array.stdout.strip()])).stdout)
+    save("sbatch_parsable_array.txt", held_array.stdout)
+    save("sbatch_parsable_cluster.txt", on_cluster.stdout)
     capture_find_by_name()
     # The seed's fallback form: default column width truncates "CANCELLED by <uid>" to "CANCELLED+".
     save("sacct_default_width.txt", remote(["sacct", "-X", "-n", "-j", cancel, "-o", "JobID,State"]).stdout)
@@ -99,7 +124,12 @@ def main() -> None:
     save("scontrol_partitions.txt", remote(c.build_partitions()).stdout)
     save("sbatch_parsable.txt", "".join(p.stdout for p in sbatch_outputs))
 
-    remote(["scancel", held, requeue, sbatch_outputs[0].stdout.strip()])
+    remote(["scancel", held, requeue, sbatch_outputs[0].stdout.strip(), held_array.stdout.strip()])
+    remote(["scancel", "-M", "npa", on_cluster.stdout.strip().split(";")[0]])
+    time.sleep(5)
+    # A requeued job's records, oldest first: the run that was requeued, then the current one (cancelled above).
+    duplicates = [*c.build_sacct_states([requeue])[:-2], "--duplicates", "-j", requeue]
+    save("sacct_requeue_duplicates.txt", remote(duplicates).stdout)
     print("job ids:", ids)
 
 
@@ -118,4 +148,4 @@ def capture_find_by_name() -> None:
 
 
 if __name__ == "__main__":
-    capture_find_by_name() if sys.argv[1:] == ["find"] else main()
+    capture_find_by_name() if MODE == ["find"] else main()
