@@ -14,11 +14,12 @@
   and the dataset (an input) without asking, and the staged code where it is mounted, each at its host path.
 - collect: reads the success marker and the metrics the job wrote.
 
-It runs as-is on the local test cluster (`dev/cluster up`): partition `gpu` (g1, g2: fake GPUs, so torch
-uses gloo), `cpu` for the conversion, and test stand-ins for Pyxis/Enroot. On a real cluster, set the
-params: image (e.g. nvcr.io/nvidia/pytorch:24.01-py3), dataset (lustre:///...), gpus_per_node (e.g. 8).
-The Slurm connection `slurm_default` names the login host(s), user, key, results root, cpu_partition and
-sqsh_cache_dir.
+It runs as-is on the local test clusters (`dev/cluster up`, either Slurm version): partition `gpu` (g1, g2: fake
+GPUs, so torch uses gloo), `cpu` for the conversion, and test stand-ins for Pyxis/Enroot. On a real cluster, set
+the params: image (e.g. nvcr.io/nvidia/pytorch:24.01-py3), dataset (lustre:///...; or once for every run, the
+connection's extra dataset_root), gpus_per_node (e.g. 8). The Slurm connection `slurm_default` names the login
+host(s), user, key, results root, cpu_partition and sqsh_cache_dir. With no dataset anywhere, the first task
+(preflight) fails saying what to set.
 """
 
 from __future__ import annotations
@@ -73,6 +74,25 @@ dist.destroy_process_group()
 """
 
 
+def dataset_or_default(dataset: str, conn_id: str = CONN_ID) -> str:
+    """The `dataset` param, else the Slurm connection's extra `dataset_root` (read when a task renders, never at
+    parse time); with neither, say what to set."""
+    if dataset:
+        return dataset
+    from airflow.sdk import BaseHook
+
+    root = BaseHook.get_connection(conn_id).extra_dejson.get("dataset_root")
+    if not root:
+        raise ValueError(
+            "no training data named: set the DAG param 'dataset' (lustre:///path/on/the/cluster's/shared/storage) "
+            f"when triggering, or the extra 'dataset_root' of the Slurm connection {conn_id!r}"
+        )
+    return str(root)
+
+
+DATASET = "{{ dataset_or_default(params.dataset) }}"
+
+
 with DAG(
     dag_id="slurm_training",
     schedule=None,
@@ -81,18 +101,22 @@ with DAG(
     params={
         "image": Param("registry.local/npa/pytorch:24.01", type="string", description="registry image or .sqsh"),
         "dataset": Param(
-            "lustre:///var/tmp/npa-cluster/shared/data", type="string", description="training data on shared storage"
+            "",
+            type="string",
+            description="training data on the cluster's shared storage (lustre:///...); empty: the Slurm "
+            "connection's extra dataset_root",
         ),
         "partition": Param("gpu", type="string"),
         "convert_mem": Param("7200M", type="string", description="conversion job memory (the seed's profile)"),
     },
     user_defined_filters={"q": shlex.quote},
+    user_defined_macros={"dataset_or_default": dataset_or_default},
     default_args={"retries": 1, "retry_delay": timedelta(seconds=10)},
 ) as dag:
     preflight = SlurmPreflightOperator(
         task_id="preflight",
         slurm_conn_id=CONN_ID,
-        dataset_paths=["{{ params.dataset }}"],
+        dataset_paths=[DATASET],
         partitions=["{{ params.partition }}"],
         time_hours=0.25,
         retries=0,
@@ -142,14 +166,14 @@ with DAG(
         time_hours=0.25,
         image=convert.output,
         container_mounts=["{{ ti.xcom_pull(task_ids='stage_code')['mount'] }}"],
-        inputs=["{{ params.dataset }}"],
+        inputs=[DATASET],
         environment=probe.output,  # the probe's working NCCL environment (e.g. {"NCCL_P2P_DISABLE": "1"})
         command=(
             # A port per job: on the loopback test cluster all "nodes" share one host.
             "torchrun --nnodes=$WORLD_SIZE --nproc-per-node=$NUM_GPU_PER_NODE --node-rank=$NODE_RANK "
             "--master-addr=$MASTER_ADDR --master-port=$((20000 + SLURM_JOB_ID % 20000)) "
             "{{ ti.xcom_pull(task_ids='stage_code')['script'] | q }} "
-            "{{ params.dataset | replace('lustre://', '') | q }}"
+            "{{ dataset_or_default(params.dataset) | replace('lustre://', '') | q }}"
         ),
         success_marker="status.json",
         poll_interval=3,

@@ -91,6 +91,7 @@ def test_connection_json_describes_the_cluster(slurm_cluster):
     assert conn["extra"]["cpu_partition"] == "cpu"
     assert Path(conn["extra"]["key_file"]).is_file()
     assert conn["extra"]["results_root"] == slurm_cluster.results_root
+    assert conn["extra"]["dataset_root"] == f"{slurm_cluster.shared}/data"  # the example pipeline's default data
 
 
 def test_shared_storage_is_writable_by_the_cluster_user(slurm_cluster, cluster_ssh):

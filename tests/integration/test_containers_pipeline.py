@@ -224,6 +224,26 @@ def test_preflight_catches_a_missing_dataset_before_anything_is_written(airflow_
     assert present.strip() == ""
 
 
+@pytest.mark.parametrize("root", [None, "missing"], ids=["no-dataset-anywhere", "connection-dataset-root"])
+def test_the_pipelines_dataset_defaults_to_the_connections_dataset_root(airflow_env, slurm_cluster, root):
+    """No `dataset` param: the connection's extra dataset_root is the data (a missing one is refused by preflight,
+    which proves it was read); with neither, the first task says what to set."""
+    missing = f"{slurm_cluster.shared}/data/no-such-root-{uuid.uuid4().hex[:8]}"
+    conn = json.loads(slurm_cluster.conn_uri_json)
+    conn["extra"].pop("dataset_root")
+    if root:
+        conn["extra"]["dataset_root"] = missing
+    env = {**airflow_env, "AIRFLOW_CONN_SLURM_DEFAULT": json.dumps(conn)}
+    result, output = run_dag(env, PIPELINE, {"image": "registry.local/npa/never:1"})
+    states = {t: v["state"] for t, v in result["tasks"].items()}
+    assert states["preflight"] == "failed", states
+    if root:
+        assert f"dataset {missing}: does not exist (test -e on the login host)" in output
+    else:
+        assert "no training data named: set the DAG param 'dataset'" in output
+        assert "or the extra 'dataset_root' of the Slurm connection 'slurm_default'" in output
+
+
 PROBE_DAG = textwrap.dedent(
     """
     from airflow.sdk import DAG
