@@ -3,7 +3,7 @@ jobs) and the Compute page opened meanwhile by 10 clients.
 
     .venv/bin/python -m benchmarks.api_server_bounds [--tasks 1000] [--viewers 10] [--window 150]
 
-It starts its own dev/airflow (quick shape, home /var/tmp/npa-airflow-bounds, port 28390) with the DAGs of
+It starts its own dev/airflow (production shape: PostgreSQL, Celery; home /var/tmp/npa-airflow-bounds, port 28390) with the DAGs of
 benchmarks/dags_api_server and the connection `slurm_blackhole`, whose login host is a socket here that accepts
 TCP connections and never says a word (an SSH server that hangs). Then:
 1. `npa_bench_live` runs 8 tasks that each hold a job handle of that cluster (live rows on the Compute page);
@@ -93,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     extra = {"results_root": f"{cluster.shared}/results", "insecure_skip_host_key_check": True, "connect_timeout": 15}
     conn = json.dumps({"conn_type": "slurm", "host": "127.0.0.1", "port": hole.port, "login": "npa", "extra": extra})
     env = {
-        **os.environ, "NPA_AIRFLOW_SHAPE": "quick", "NPA_AIRFLOW_HOME": HOME, "NPA_AIRFLOW_PORT": str(PORT),
+        **os.environ, "NPA_AIRFLOW_SHAPE": "production", "NPA_AIRFLOW_HOME": HOME, "NPA_AIRFLOW_PORT": str(PORT),
         "NPA_AIRFLOW_EXTRA_DAGS": str(DAGS), "NPA_AIRFLOW_CLUSTER": "0", "NPA_AIRFLOW_USER": USER,
         "NPA_AIRFLOW_PASSWORD": PASSWORD, "AIRFLOW_CONN_SLURM_BLACKHOLE": conn,
         "AIRFLOW__NPA_AIRFLOW__DEPLOYMENT_ID": DEPLOYMENT_KEY, "NPA_BENCH_LISTENER_TASKS": str(args.tasks),
     }  # fmt: skip
-    dev_airflow(env, "up", "--shape", "quick", "--fresh")
+    dev_airflow(env, "up", "--shape", "production", "--fresh")
     api = AirflowApi(f"http://127.0.0.1:{PORT}", USER, PASSWORD, timeout=300.0)
     try:
         rows = measure(api, cluster, args)
