@@ -3,9 +3,9 @@ jobs) and the Compute page opened meanwhile by 10 clients.
 
     .venv/bin/python -m benchmarks.api_server_bounds [--tasks 1000] [--viewers 10] [--window 150]
 
-It starts its own dev/airflow (production shape: PostgreSQL, Celery; home /var/tmp/npa-airflow-bounds, port 28390) with the DAGs of
-benchmarks/dags_api_server and the connection `slurm_blackhole`, whose login host is a socket here that accepts
-TCP connections and never says a word (an SSH server that hangs). Then:
+It starts its own dev/airflow (production shape: PostgreSQL, Celery; home /var/tmp/npa-airflow-bounds, port 28390)
+with the DAGs of benchmarks/dags_api_server and the connection `slurm_blackhole`, whose login host is a socket here
+that accepts TCP connections and never says a word (an SSH server that hangs). Then:
 1. `npa_bench_live` runs 8 tasks that each hold a job handle of that cluster (live rows on the Compute page);
 2. a run of `npa_bench_listener` (paused: its tasks never run) gets each task's own job handle in its XCom;
 3. 10 clients read the Compute page's data in a loop; the run is marked failed (Airflow calls the listener once
@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--viewers", type=int, default=10)
     parser.add_argument("--window", type=float, default=150.0, help="seconds of page reads after the mark failed")
     parser.add_argument("--keep", action="store_true", help="leave the benchmark's Airflow running")
+    parser.add_argument(
+        "--airflow-pythonpath", help="run Airflow with another checkout's npa_airflow (e.g. an earlier release's)"
+    )
     args = parser.parse_args(argv)
     cluster, hole = ClusterEnv.load(), BlackHole()
     extra = {"results_root": f"{cluster.shared}/results", "insecure_skip_host_key_check": True, "connect_timeout": 15}
@@ -98,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         "NPA_AIRFLOW_PASSWORD": PASSWORD, "AIRFLOW_CONN_SLURM_BLACKHOLE": conn,
         "AIRFLOW__NPA_AIRFLOW__DEPLOYMENT_ID": DEPLOYMENT_KEY, "NPA_BENCH_LISTENER_TASKS": str(args.tasks),
     }  # fmt: skip
+    if args.airflow_pythonpath:
+        env["PYTHONPATH"] = args.airflow_pythonpath
     dev_airflow(env, "up", "--shape", "production", "--fresh")
     api = AirflowApi(f"http://127.0.0.1:{PORT}", USER, PASSWORD, timeout=300.0)
     try:
