@@ -19,7 +19,7 @@ from npa_airflow.common.remote_errors import sbatch_outcome_unknown, squeue_job_
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
-from npa_airflow.slurm import commands
+from npa_airflow.slurm import commands, submit_checks
 from npa_airflow.slurm.cancels import CancelCommands
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.end_records import ended_before_accounting, split_end_records, with_end_records
@@ -434,6 +434,15 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
 
     async def apath_exists(self, path: str) -> bool:
         return (await self.apaths_exist([path]))[path]
+
+    async def acheck_before_submit(
+        self, paths: Sequence[str], image: str | None, layout: submit_checks.Layout
+    ) -> submit_checks.SubmitChecks:
+        """Whether ``paths`` exist, what the .sqsh ``image`` is, and the layout, in ONE round trip (read-only)."""
+        argvs = submit_checks.build_submit_checks(paths, image, layout, await self.atarget_cluster())
+        if not argvs:
+            return submit_checks.SubmitChecks()
+        return submit_checks.parse_submit_checks(await self.arun_batch(argvs), paths, image, layout)
 
     async def afind_jobs_by_name(self, names: Sequence[str]) -> list[commands.SlurmJobInfo]:
         """The connection user's jobs whose name is exactly one of ``names``, from squeue (live) and sacct

@@ -11,7 +11,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from npa_airflow.common.background_loop import run_sync
-from npa_airflow.slurm import commands
+from npa_airflow.slurm import commands, submit_checks
 from npa_airflow.slurm.async_hook import AsyncSlurmHook
 from npa_airflow.slurm.ssh import MAX_CHANNELS_PER_CONNECTION, CommandResult
 from npa_airflow.slurm.staging import StagedFile
@@ -72,6 +72,11 @@ class SlurmHook(AsyncSlurmHook):
 
     def find_jobs_by_name(self, names: Sequence[str]) -> list[commands.SlurmJobInfo]:
         return self._sync(self.afind_jobs_by_name(names))
+
+    def check_before_submit(
+        self, paths: Sequence[str], image: str | None, layout: submit_checks.Layout
+    ) -> submit_checks.SubmitChecks:
+        return self._sync(self.acheck_before_submit(paths, image, layout))
 
     def cluster_layout(self) -> tuple[dict[str, Any], dict[str, Any]]:
         return self._sync(self.acluster_layout())

@@ -278,6 +278,7 @@ class SqshStatus(str, Enum):
     BAD_MAGIC = "BADMAGIC"
     CORRUPT = "CORRUPT"
     TRUNCATED = "TRUNCATED"
+    DEVICES = "DEVICES"
     NO_TOOL = "NOTOOL"
 
 
@@ -287,12 +288,17 @@ class SqshCheck:
     status: SqshStatus
     size: int | None = None
     expected_size: int | None = None
+    device_count: int = 0  # DEVICES: how many character/block devices the image holds
+    devices: tuple[str, ...] = ()  # DEVICES: the first few of them, as paths inside the image
 
     @property
     def valid(self) -> bool:
         return self.status is SqshStatus.VALID
 
     def describe(self) -> str:
+        if self.status is SqshStatus.DEVICES:
+            shown = ", ".join(self.devices) + (", ..." if self.device_count > len(self.devices) else "")
+            return f"{self.path} holds {self.device_count} device node(s) ({shown}): {DEVICES_ADVICE}"
         what = {
             SqshStatus.VALID: "is a valid squashfs image",
             SqshStatus.MISSING: "does not exist",
@@ -308,14 +314,32 @@ class SqshCheck:
 
 
 _MARK = "NPA_SQSH"
+_DEVICE_MARK = "NPA_SQSH_DEVICE"
+DEVICES_SHOWN = 3
+
+# Enroot unpacks an image (`enroot create`: unsquashfs) as the job's user, and an unprivileged unsquashfs cannot
+# create character or block devices ("could not create character device ..., because you're not superuser!"; it
+# exits 2, and Pyxis fails the step). FIFOs, sockets, symlinks, modes and unreadable files unpack fine; xattrs
+# other than user.* are skipped. A mksquashfs of a debootstrapped or exported root filesystem holds /dev nodes.
+DEVICES_ADVICE = (
+    "Enroot unpacks images as the job's user, who cannot create device nodes, so every containerised step "
+    "would fail at start (Pyxis: failed to create container filesystem). Rebuild the image without them: "
+    "find ROOT \\( -type b -o -type c \\) -printf '%P\\n' > devices.txt; "
+    "mksquashfs ROOT IMAGE -noappend -ef devices.txt (or -e dev when they all sit under /dev: Enroot mounts the "
+    "host's /dev). -all-root keeps them. With only the .sqsh at hand, unpack it as root first: "
+    "unsquashfs -d ROOT IMAGE"
+)
 
 # One shell function, used by the login-host check and by the conversion job, so both judge alike.
 # The magic is compared as hex (od) because command substitution drops NUL bytes. `unsquashfs -s` only reads
 # the superblock, so a truncated file passes it; comparing the file size with the superblock's bytes_used
-# (little-endian u64 at offset 40) catches that.
+# (little-endian u64 at offset 40) catches that. Device nodes are counted in the image's listing (metadata only:
+# 35 ms for a 94 MB Debian root filesystem, 0.45 s for 2.2 GB with 108k inodes); `-lln` (numeric owners)
+# because name lookups cost a passwd read per inode (-lls where -lln is unknown, squashfs-tools before 4.4). The
+# path is what follows the listing's date and time.
 SQSH_CHECK_FUNCTION = f"""\
 npa_sqsh_check() {{
-  local p="$1" magic used size
+  local p="$1" magic used size devices
   if [ ! -e "$p" ]; then echo "{_MARK} MISSING"; return 1; fi
   if [ ! -f "$p" ]; then echo "{_MARK} NOTFILE"; return 1; fi
   magic=$(head -c 4 "$p" | od -An -tx1 | tr -d ' \\n')
@@ -325,7 +349,17 @@ npa_sqsh_check() {{
   size=$(stat -c %s "$p")
   used=$(od -An -tu8 -j40 -N8 "$p" 2>/dev/null | tr -d ' \\n')
   if [ -z "$used" ] || [ "$size" -lt "$used" ]; then echo "{_MARK} TRUNCATED $size ${{used:-0}}"; return 1; fi
-  echo "{_MARK} VALID $size $used"
+  devices=$({{ unsquashfs -lln -d "" "$p" || unsquashfs -lls -d "" "$p" || echo NPA_LIST_FAILED; }} 2>/dev/null | awk '
+    /^NPA_LIST_FAILED$/ {{ failed = 1 }}
+    /^[bc]/ && match($0, / [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9] /) {{
+      if (++n <= {DEVICES_SHOWN}) print "{_DEVICE_MARK} " substr($0, RSTART + RLENGTH) }}
+    END {{ print (failed ? "FAILED" : n + 0) }}')
+  case ${{devices##*$'\n'}} in
+    FAILED) echo "{_MARK} CORRUPT"; return 1 ;;
+    0) echo "{_MARK} VALID $size $used" ;;
+    *) printf '%s\n' "$devices" | sed '$d'; echo "{_MARK} DEVICES $size $used ${{devices##*$'\n'}}"
+       echo "npa: $p holds device nodes. {DEVICES_ADVICE}"; return 1 ;;
+  esac
 }}
 """
 
@@ -339,15 +373,22 @@ def build_sqsh_validate_command(path: str) -> str:
 
 
 def parse_sqsh_validation(stdout: str, path: str) -> SqshCheck:
-    for line in reversed(stdout.splitlines()):
-        parts = line.split()
+    lines = stdout.split("\n")
+    for index in range(len(lines) - 1, -1, -1):
+        parts = lines[index].split()
         if len(parts) >= 2 and parts[0] == _MARK:
             try:
                 status = SqshStatus(parts[1])
-                numbers = [int(p) for p in parts[2:4]]
+                numbers = [int(p) for p in parts[2:5]]
             except ValueError as err:
-                raise NpaParseError(f"unexpected .sqsh check output for {path}: {line!r}") from err
+                raise NpaParseError(f"unexpected .sqsh check output for {path}: {lines[index]!r}") from err
             size = numbers[0] if numbers else None
             expected = numbers[1] if len(numbers) > 1 else None
-            return SqshCheck(path=path, status=status, size=size, expected_size=expected)
+            if status is not SqshStatus.DEVICES:
+                return SqshCheck(path=path, status=status, size=size, expected_size=expected)
+            if len(numbers) < 3:
+                raise NpaParseError(f"unexpected .sqsh check output for {path}: {lines[index]!r}")
+            prefix = _DEVICE_MARK + " "
+            shown = [ln[len(prefix) :] for ln in lines[:index] if ln.startswith(prefix)][-DEVICES_SHOWN:]
+            return SqshCheck(path, status, size, expected, device_count=numbers[2], devices=tuple(shown))
     raise NpaParseError(f"no .sqsh check result for {path} in output: {stdout[-500:]!r}")

@@ -59,6 +59,7 @@ class HookDouble:
     submit_outcomes: list[object] = field(default_factory=list)  # SubmitResult or an exception to raise
     appear_after_ambiguous: list[SlurmJobInfo] = field(default_factory=list)
     missing_paths: set[str] = field(default_factory=set)
+    image_checks: dict[str, Any] = field(default_factory=dict)  # image path -> SqshCheck (default: valid)
     node_records: dict[str, NodeInfo] = field(
         default_factory=lambda: {
             n: NodeInfo(n, "IDLE", ("cpu",), None, gpus=0, real_memory_mb=4096) for n in ("c1", "c2")
@@ -129,6 +130,23 @@ class HookDouble:
     def paths_exist(self, paths):
         self.calls.append(("paths_exist", tuple(paths)))
         return {p: p not in self.missing_paths for p in paths}
+
+    def check_before_submit(self, paths, image, layout):
+        """The batched read: answered from the same records (and any test's override of the parts above)."""
+        from npa_airflow.slurm.images import SqshCheck, SqshStatus
+        from npa_airflow.slurm.submit_checks import Layout, SubmitChecks
+
+        exists = self.paths_exist(paths) if paths else {}
+        check = None
+        if image is not None:
+            self.calls.append(("image_check", image))
+            check = self.image_checks.get(image) or SqshCheck(image, SqshStatus.VALID, 4096, 4096)
+        partitions = nodes = None
+        if layout is Layout.NODES:
+            partitions, nodes = self.cluster_layout()
+        elif layout is Layout.PARTITIONS:
+            partitions = self.partitions()
+        return SubmitChecks(exists=exists, image=check, partitions=partitions, nodes=nodes)
 
     def tail_logs(self, requests, max_bytes=1 << 20):
         return [

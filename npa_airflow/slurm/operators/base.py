@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from npa_airflow.common.deployment import Deployment
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
+    from npa_airflow.slurm.images import SqshCheck
 
 DEFAULT_PENDING_ALLOWANCE = timedelta(hours=24)
 
@@ -139,16 +140,29 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
         """Local checks of a prepared job that need I/O (e.g. `bash -n`); none by default."""
 
     def check_on_cluster(self, hook: SlurmHook, job: PreparedJob) -> None:
-        """Read-only checks before anything is written: the inputs exist, the partition exists, allows the wall
-        time and can ever hold the request (nodes, GPUs and memory per node)."""
-        self._check_inputs(hook, job)
+        """Read-only checks before anything is written, in one round trip: the inputs exist, the image is a .sqsh
+        Enroot can unpack as the job's user, the partition exists, allows the wall time and can ever hold the
+        request (nodes, GPUs and memory per node)."""
+        from npa_airflow.slurm.submit_checks import Layout
+
         if job.partition is None and job.time_minutes is None and job.nodes is None:
+            layout = Layout.NONE
+        else:  # the fit check needs the nodes too
+            layout = Layout.PARTITIONS if job.nodes is None else Layout.NODES
+        # A ./relative image resolves in the job's directory on the node: there is nothing to check from here.
+        image = job.image if job.image and job.image.startswith("/") else None
+        paths = list(job.required_paths)
+        if not paths and image is None and layout is Layout.NONE:
             return
-        nodes: dict[str, Any] | None = None
-        if job.nodes is None:
-            partitions = self.cluster_read("reading partitions", hook.partitions)
-        else:  # the fit check needs the nodes too: both in one round trip
-            partitions, nodes = self.cluster_read("reading partitions and nodes", hook.cluster_layout)
+        checks = self.cluster_read(
+            "checking inputs, image and partitions", hook.check_before_submit, paths, image, layout
+        )
+        self._refuse_missing_inputs(checks.exists)
+        if checks.image is not None:
+            self._refuse_unusable_image(checks.image)
+        partitions = checks.partitions
+        if partitions is None:
+            return
         name = job.partition or next((p.name for p in partitions.values() if p.default), None)
         if name is None:
             return
@@ -165,13 +179,11 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
                     f"time_hours asks for {job.time_minutes} min but partition {part!r} allows at most {limit} min "
                     "(MaxTime); lower time_hours or choose a partition whose MaxTime allows it"
                 )
-        if nodes is not None:
-            self._check_fit(job, [partitions[p] for p in name.split(",")], nodes)
+        if checks.nodes is not None:
+            self._check_fit(job, [partitions[p] for p in name.split(",")], checks.nodes)
 
-    def _check_inputs(self, hook: SlurmHook, job: PreparedJob) -> None:
-        if not job.required_paths:
-            return
-        exists = self.cluster_read("checking inputs", hook.paths_exist, list(job.required_paths))
+    @staticmethod
+    def _refuse_missing_inputs(exists: Mapping[str, bool]) -> None:
         missing = [p for p, ok in exists.items() if not ok]
         if missing:
             raise NpaValidationError(
@@ -179,6 +191,16 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
                 "the data on shared storage (e.g. Lustre) first, or correct the paths; nothing was written or "
                 "submitted."
             )
+
+    def _refuse_unusable_image(self, check: SqshCheck) -> None:
+        """Refuse an image every containerised step would fail to start from; one that cannot be checked from the
+        login host (no unsquashfs there) is only warned about: the nodes may still have what Enroot needs."""
+        from npa_airflow.slurm.images import SqshStatus
+
+        if check.status is SqshStatus.NO_TOOL:
+            self.log.warning("Not checked before submitting: image %s", check.describe())
+        elif not check.valid:
+            raise NpaValidationError(f"image {check.describe()}. Nothing was written or submitted.")
 
     def _check_fit(self, job: PreparedJob, partitions: Sequence[Any], nodes: dict[str, Any]) -> None:
         """Refuse a request no partition of the job can ever run (it would pend until its deadline)."""

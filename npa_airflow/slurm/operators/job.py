@@ -27,6 +27,7 @@ class PreparedJob:
     stderr_path: str
     mkdirs: tuple[str, ...] = ()
     required_paths: tuple[str, ...] = ()
+    image: str | None = None  # the .sqsh its containers start from: checked as Enroot would unpack it, before submit
     files: tuple[Any, ...] = ()  # staging.StagedFile: extra files (e.g. the mode-600 credentials sidecar)
     sbatch_args: tuple[str, ...] = ()
     wall_seconds: float | None = None

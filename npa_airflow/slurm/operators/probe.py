@@ -197,6 +197,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
             script_path=f"{results_dir}/probe.sbatch",
             results_dir=results_dir,
             mkdirs=(results_dir,),
+            image=spec.image,
             files=(StagedFile(script_path, probe_source(), 0o644),),
         )
 

@@ -269,6 +269,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             stderr_path=spec.stderr_path,
             mkdirs=(*spec.log_dirs, spec.results_dir),
             required_paths=spec.inputs,
+            image=spec.image,
             files=tuple(files),
             wall_seconds=spec.time_minutes * 60,
             partition=spec.partition,

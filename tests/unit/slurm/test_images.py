@@ -192,6 +192,24 @@ def test_parse_validation(stdout: str, status: SqshStatus, size: int | None, exp
     assert check.describe().startswith("/p.sqsh ")
 
 
+def test_parse_validation_of_an_image_with_device_nodes_names_them_and_the_fix() -> None:
+    stdout = (
+        "NPA_SQSH_DEVICE /dev/console\nNPA_SQSH_DEVICE /dev/my null\nNPA_SQSH_DEVICE /dev/zero\n"
+        "npa: /p.sqsh holds device nodes. (advice)\nNPA_SQSH DEVICES 4096 4000 8\n"
+    )
+    check = parse_sqsh_validation(stdout, "/p.sqsh")
+    assert (check.status, check.size, check.expected_size) == (SqshStatus.DEVICES, 4096, 4000)
+    assert (check.device_count, check.devices) == (8, ("/dev/console", "/dev/my null", "/dev/zero"))
+    assert not check.valid
+    message = check.describe()
+    assert message.startswith("/p.sqsh holds 8 device node(s) (/dev/console, /dev/my null, /dev/zero, ...): ")
+    assert "mksquashfs ROOT IMAGE -noappend -ef devices.txt" in message and "-e dev" in message
+    one = parse_sqsh_validation("NPA_SQSH_DEVICE /opt/wh\nNPA_SQSH DEVICES 1 1 1\n", "/q.sqsh")
+    assert one.describe().startswith("/q.sqsh holds 1 device node(s) (/opt/wh): ")
+    with pytest.raises(NpaParseError):
+        parse_sqsh_validation("NPA_SQSH DEVICES 4096 4000\n", "/p.sqsh")
+
+
 @pytest.mark.parametrize("stdout", ["", "nothing here\n", "NPA_SQSH WHAT\n", "NPA_SQSH VALID x\n"])
 def test_parse_validation_rejects_unknown_output(stdout: str) -> None:
     with pytest.raises(NpaParseError):
@@ -232,3 +250,60 @@ def test_check_function_in_real_bash(tmp_path: Path) -> None:
     assert _check(not_sqsh) is SqshStatus.BAD_MAGIC
     assert _check(directory) is SqshStatus.NOT_A_FILE
     assert _check(tmp_path / "absent.sqsh") is SqshStatus.MISSING
+
+
+def _squash(root: Path, image: Path, *extra: str) -> Path:
+    subprocess.run(
+        ["mksquashfs", str(root), str(image), "-quiet", "-noappend", *extra], check=True, capture_output=True
+    )
+    return image
+
+
+def _full_check(path: Path):
+    out = subprocess.run(["bash", "-c", build_sqsh_validate_command(str(path))], capture_output=True, text=True)
+    return parse_sqsh_validation(out.stdout, str(path))
+
+
+@needs_squashfs
+def test_check_function_finds_the_device_nodes_an_unprivileged_unpack_cannot_create(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "dev").mkdir(parents=True)
+    (root / "opt" / "2024-01-01 10:00 x").mkdir(parents=True)
+    os.mkfifo(root / "fifo")  # a user can create FIFOs (and sockets, symlinks, any mode): those unpack fine
+    (root / "etc").mkdir()
+    (root / "etc" / "unreadable").write_text("x")
+    (root / "etc" / "unreadable").chmod(0)
+    assert _full_check(_squash(root, tmp_path / "fine.sqsh")).status is SqshStatus.VALID
+
+    # Pseudo definitions add devices without privileges, as a mksquashfs of a debootstrapped tree holds them.
+    devices = ["dev/console c 600 0 0 5 1", "dev/loop0 b 660 0 6 7 0", '"opt/2024-01-01 10:00 x/wh" c 0 0 0 0 0']
+    image = _squash(root, tmp_path / "devices.sqsh", *(a for d in devices for a in ("-p", d)))
+    check = _full_check(image)
+    assert (check.status, check.device_count) == (SqshStatus.DEVICES, 3)
+    assert check.devices == ("/dev/console", "/dev/loop0", "/opt/2024-01-01 10:00 x/wh")
+    assert check.describe().startswith(f"{image} holds 3 device node(s) (/dev/console, /dev/loop0, /opt/")
+
+
+@needs_squashfs
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_the_advice_for_device_nodes_works(tmp_path: Path) -> None:
+    """The fix the message gives, run as given: the rebuilt image holds no device, the rest is kept."""
+    root = tmp_path / "root"
+    (root / "dev").mkdir(parents=True)
+    (root / "opt").mkdir()
+    (root / "opt" / "keep").write_text("kept\n")
+    os.mknod(root / "dev" / "null", 0o666 | 0o020000, os.makedev(1, 3))
+    os.mknod(root / "opt" / "wh", 0o600 | 0o020000, os.makedev(0, 0))
+    image = _squash(root, tmp_path / "image.sqsh")
+    advice = _full_check(image).describe()
+    assert "-all-root keeps them" in advice
+    find, mksquashfs = advice.split("Rebuild the image without them: ", 1)[1].split(" (or -e dev", 1)[0].split("; ")
+    script = f"cd {tmp_path} && {find} && {mksquashfs}".replace("ROOT", "root").replace("IMAGE", "fixed.sqsh")
+    subprocess.run(["bash", "-c", script], check=True, capture_output=True)
+    assert _full_check(tmp_path / "fixed.sqsh").status is SqshStatus.VALID
+    listing = subprocess.run(["unsquashfs", "-lln", "-d", "", str(tmp_path / "fixed.sqsh")], capture_output=True)
+    assert b"/opt/keep" in listing.stdout and b"/dev/null" not in listing.stdout
+    only_dev = tmp_path / "only-dev"
+    (only_dev / "dev").mkdir(parents=True)
+    os.mknod(only_dev / "dev" / "null", 0o666 | 0o020000, os.makedev(1, 3))
+    assert _full_check(_squash(only_dev, tmp_path / "e-dev.sqsh", "-e", "dev")).status is SqshStatus.VALID

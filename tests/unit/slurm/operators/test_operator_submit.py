@@ -149,3 +149,48 @@ def test_a_container_step_sees_its_results_dir_inputs_and_config_at_the_same_pat
     inside = make_op(HookDouble(), image="/i.sqsh", config_path=f"{results}/cfg.yaml", container_workdir="/ws")
     job = inside.prepare_job(name(1), (), JobEnvironment(config=inside._connection_config()), {})
     assert job.required_paths == () and "  --container-workdir=/ws \\\n" in job.script
+
+
+def test_an_image_enroot_cannot_unpack_is_refused_in_the_same_read_as_the_inputs_before_anything_is_written():
+    from npa_airflow.slurm.images import SqshCheck, SqshStatus
+
+    image = "/shared/sqsh/debootstrapped.sqsh"
+    hook = HookDouble()
+    hook.image_checks[image] = SqshCheck(
+        image, SqshStatus.DEVICES, 8192, 8000, device_count=8, devices=("/dev/console", "/dev/full", "/dev/null")
+    )
+    op = make_op(hook, image=image, inputs=["lustre:///shared/data/set"])
+    op.render_template_fields(context())
+    with pytest.raises(NpaValidationError) as err:
+        op.execute(context())
+    message = str(err.value)
+    assert message.startswith(f"image {image} holds 8 device node(s) (/dev/console, /dev/full, /dev/null, ...): ")
+    assert (
+        "mksquashfs ROOT IMAGE -noappend -ef devices.txt" in message and "Nothing was written or submitted" in message
+    )
+    assert [c[0] for c in hook.calls] == ["paths_exist", "image_check", "partitions"]  # one batched read
+    assert not [c for c in hook.calls if c[0] in ("submit", "cancel", "run")]
+
+
+def test_a_missing_image_is_refused_a_relative_one_is_left_to_the_node_and_an_unchecked_one_only_warned(capsys):
+    from npa_airflow.slurm.images import SqshCheck, SqshStatus
+    from npa_airflow.slurm.operators.job import JobEnvironment
+
+    hook = HookDouble()
+    hook.image_checks["/s/gone.sqsh"] = SqshCheck("/s/gone.sqsh", SqshStatus.MISSING)
+    op = make_op(hook, image="/s/gone.sqsh")
+    op.render_template_fields(context())
+    with pytest.raises(NpaValidationError, match=r"^image /s/gone.sqsh does not exist\. Nothing was written"):
+        op.execute(context())
+
+    for image, status in (("./here.sqsh", None), ("/s/unchecked.sqsh", SqshStatus.NO_TOOL)):
+        hook = HookDouble()
+        if status is not None:
+            hook.image_checks[image] = SqshCheck(image, status)
+        op = make_op(hook, image=image)
+        job = op.prepare_job(name(1), (), JobEnvironment(config=op._connection_config()), {})
+        op.check_on_cluster(hook, job)  # no error
+        checked = [c for c in hook.calls if c[0] == "image_check"]
+        assert checked == ([] if status is None else [("image_check", image)])
+    warning = "Not checked before submitting: image /s/unchecked.sqsh cannot be checked: unsquashfs is missing"
+    assert warning in capsys.readouterr().out
