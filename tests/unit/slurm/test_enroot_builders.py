@@ -162,6 +162,17 @@ def test_failed_or_truncated_import_leaves_no_file(tmp_path: Path, image: str, w
 
 
 @needs_squashfs
+def test_an_import_holding_device_nodes_is_not_published_and_the_log_says_how_to_fix_it(tmp_path: Path) -> None:
+    result, target = _run_convert(tmp_path, "registry.local/npa/with-devices:1")
+    assert result.returncode == 1
+    assert "NPA_CONVERT_FAILED enroot import produced an invalid image; no image was published" in result.stdout
+    partial = f"{target.parent}/out.partial-777.sqsh"
+    assert f"npa: {partial} holds device nodes. Enroot unpacks images as the job's user" in result.stdout
+    assert "mksquashfs ROOT IMAGE -noappend -ef devices.txt" in result.stdout
+    assert list(target.parent.iterdir()) == []
+
+
+@needs_squashfs
 def test_truncated_leftover_at_target_is_replaced(tmp_path: Path) -> None:
     cache = tmp_path / "sqsh"
     cache.mkdir()
