@@ -63,9 +63,10 @@ for step in range(20):
 t = torch.tensor([loss.item()])
 dist.all_reduce(t)
 if rank == 0:
+    os_release = dict(line.strip().split("=", 1) for line in open("/etc/os-release") if "=" in line)
     out = {"world_size": world, "mean_final_loss": t.item() / world, "dataset_entries": len(files),
            "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
-           "image": os.environ.get("NPA_STANDIN_CONTAINER_IMAGE", "")}
+           "container": os_release.get("PRETTY_NAME", "").strip('"')}  # the image the job ran in
     with open(os.path.join(os.environ["NPA_RESULTS_DIR"], "metrics.json"), "w") as f:
         json.dump(out, f)
     print("train: " + json.dumps(out), flush=True)

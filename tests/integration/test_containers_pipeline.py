@@ -157,7 +157,8 @@ def test_pipeline_runs_end_to_end_then_reuses_the_sqsh_and_the_probe(
     metrics = first["tasks"]["collect"]["xcom"]["return_value"]["metrics"]
     assert metrics["world_size"] == 2
     assert metrics["dataset_entries"] == 2
-    assert metrics["image"] == sqsh  # the training ran "in" the converted image (srun stand-in saw it)
+    # The training ran inside the converted image: its /etc/os-release names the reference it was imported from.
+    assert metrics["container"] == f"npa stand-in image of docker://{image.replace('/', '#', 1)}"
 
     convert_jobs = jobs_named(cluster_ssh, "npa-slurm-training-convert-", since, at_least=1)
     assert [(j["state"], j["partition"]) for j in convert_jobs] == [("COMPLETED", "cpu")]

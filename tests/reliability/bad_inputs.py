@@ -288,4 +288,11 @@ CASES: list[Case] = [
          ("/shared/data,v2", "cannot be mounted into the container", "','")),
     Case("workdir-relative", f"{S}(container_workdir=)", "work with an image",
          lambda: slurm_task(image="/sqsh/x.sqsh", container_workdir="work"), ("'work'", "absolute path inside")),
+    # -- images real Enroot cannot start from (appended) ---------------------------------------------------------
+    Case("image-device-nodes", f"{S}(image=)", "a .sqsh holding /dev nodes (a mksquashfs of a debootstrapped tree)",
+         lambda: slurm_task(conn_id="slurm_default", image=SESSION["device_image"]),
+         ("devices.sqsh holds 3 device node(s)", "-ef devices.txt", "Nothing was written or submitted"), cluster=True),
+    Case("image-missing", f"{S}(image=)", "$NPA_CLUSTER_DIR/shared/sqsh/no-such.sqsh (absent)",
+         lambda: slurm_task(conn_id="slurm_default", image=f"{SESSION['cluster_dir']}/shared/sqsh/no-such.sqsh"),
+         ("no-such.sqsh does not exist", "Nothing was written or submitted"), cluster=True),
 ]  # fmt: skip

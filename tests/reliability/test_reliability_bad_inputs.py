@@ -122,7 +122,14 @@ def cluster_session(slurm_cluster, keys):
     conn = json.loads(slurm_cluster.conn_uri_json)
     conn["extra"]["known_hosts"] = str(wrong)
     os.environ["AIRFLOW_CONN_SLURM_WRONG_HOST_KEY"] = json.dumps(conn)
-    yield SlurmHook("slurm_default")
+    hook = SlurmHook("slurm_default")
+    # An image real Enroot cannot unpack as a user, made by the cluster's `enroot import` stand-in.
+    images = f"{SESSION['results_root']}-image"
+    SESSION["device_image"] = f"{images}/devices.sqsh"
+    hook.run(f"mkdir -p {images} && cd {images} && TMPDIR=/tmp enroot import -o devices.sqsh "
+             "docker://registry.local#npa/with-devices:1")  # fmt: skip
+    yield hook
+    hook.run(["rm", "-rf", images])
     os.environ.pop("AIRFLOW_CONN_SLURM_WRONG_HOST_KEY", None)
 
 
