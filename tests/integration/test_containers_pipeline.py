@@ -3,8 +3,9 @@
 Everything runs through `dag.test()` in a subprocess with its own AIRFLOW_HOME (a real metadata DB; Airflow
 runs deferred triggers in-process there) against the loopback Slurm cluster over real SSH. Pyxis and Enroot
 are the test stand-ins from tests/standins (the cluster's PATH): `enroot import` builds a real squashfs, and
-`srun --container-image` accepts only a valid .sqsh file. The probe is real torchrun with gloo across two
-nodes. What ran on the cluster is checked with sacct, by job name.
+`srun --container-image` runs each task inside it, seeing only the image and its mounts (as real Pyxis does).
+The probe is real torchrun with gloo across two nodes. What ran on the cluster is checked with sacct, by job
+name.
 """
 
 from __future__ import annotations
