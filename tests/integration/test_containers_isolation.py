@@ -40,7 +40,8 @@ def ssh_once(cluster, cmd: str) -> None:
     """`cluster_ssh(cmd, check=True)` for a module-scoped fixture (cluster_ssh itself is per test)."""
     argv = [
         "ssh", "-F", "/dev/null", "-i", cluster.key_file, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-        "-o", f"UserKnownHostsFile={cluster.known_hosts}", "-p", str(cluster.port), f"{cluster.user}@{cluster.host}", cmd,
+        "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={cluster.known_hosts}",
+        "-p", str(cluster.port), f"{cluster.user}@{cluster.host}", cmd,
     ]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{cmd!r} exited {done.returncode}: {done.stderr}"
