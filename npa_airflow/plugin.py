@@ -27,6 +27,7 @@ import asyncio
 import concurrent.futures
 import logging
 import sys
+import time
 import weakref
 from typing import Any
 
@@ -46,6 +47,8 @@ CANCEL_TIMEOUT = 120.0  # a Slurm cancel rides out a cluster outage this long, t
 BURST_TIMEOUT = 120.0  # the SkyPilot requests of one Burst cancel (submitted only: the server carries them out)
 BURST_CONCURRENCY = 8  # Burst cancels in flight at once per API server process
 CONN_ATTRS = {SLURM_KEY: "slurm_conn_id", BURST_KEY: "skypilot_conn_id"}
+CONFIG_SECONDS = 30.0
+_configs: dict[str, tuple[float, Any]] = {}
 _burst_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
@@ -79,6 +82,18 @@ def _named(task_instance: Any) -> str:
     return f"{ti.dag_id}.{ti.task_id}{index} of run {ti.run_id} (try {ti.try_number})"
 
 
+def _slurm_config(conn_id: str) -> Any:
+    """The connection's config, read at most once per CONFIG_SECONDS in this process: marking a run of 1,000
+    tasks failed calls the listener 1,000 times in one request."""
+    from npa_airflow.slurm.hook import SlurmHook
+
+    now = time.monotonic()
+    cached = _configs.get(conn_id)
+    if cached is None or now - cached[0] > CONFIG_SECONDS:
+        cached = _configs[conn_id] = (now, SlurmHook(slurm_conn_id=conn_id).config)
+    return cached[1]
+
+
 def _ti_ref(task_instance: Any) -> Any:
     from npa_airflow.trusted_jobs import TaskInstanceRef
 
@@ -90,7 +105,6 @@ def slurm_cancel(task_instance: Any, raw: Any) -> Any:
     """The cancel of the task instance's Slurm job (a coroutine), or None when its handle is not its own."""
     from npa_airflow.common.deployment import current_deployment
     from npa_airflow.slurm.cancels import CancelRequest
-    from npa_airflow.slurm.hook import SlurmHook
     from npa_airflow.slurm.operators.cancel import marker_of
     from npa_airflow.trusted_jobs import Distrust, dropped_paths, task_settings, trusted_slurm_handle
 
@@ -98,8 +112,9 @@ def slurm_cancel(task_instance: Any, raw: Any) -> Any:
     if settings is None or settings.conn_id is None:
         log.warning("Not cancelling the Slurm job of %s: its serialized task cannot be read", _named(task_instance))
         return None
-    config = SlurmHook(slurm_conn_id=settings.conn_id).config
-    job = trusted_slurm_handle(raw, _ti_ref(task_instance), settings, current_deployment(), config)
+    job = trusted_slurm_handle(
+        raw, _ti_ref(task_instance), settings, current_deployment(), _slurm_config(settings.conn_id)
+    )
     if isinstance(job, Distrust):
         log.warning("Not acting on the Slurm job handle in the XCom of %s: %s", _named(task_instance), job.reason)
         return None

@@ -25,16 +25,15 @@ class HandleOnly(SlurmSubmitOperator):
     """Pushes the handle its job would have (job id 4000000 + its number) and sleeps: a live row."""
 
     def execute(self, context):
-        from npa_airflow.slurm import layout
         from npa_airflow.slurm.handle import SlurmJobHandle
 
         name = self.job_name_for_context(context)
         root = "/var/tmp/npa-cluster/shared/results"
-        handle = SlurmJobHandle(
+        handle = SlurmJobHandle(  # the layout's paths (npa_airflow.slurm.layout), spelled out for older releases
             conn_id=CONN_ID, cluster=None, job_id=str(4_000_000 + int(self.task_id.rsplit("_", 1)[1])),
-            job_name=name, login_host="127.0.0.1:22", results_dir=layout.results_dir(root, name),
+            job_name=name, login_host="127.0.0.1:22", results_dir=f"{root}/{name}",
             stdout_path=f"{root}/slurm-logs/{name}/main.out", stderr_path=f"{root}/slurm-logs/{name}/main.err",
-            try_number=1, submitted_at=time.time(), script_path=layout.script_path(root, name),
+            try_number=1, submitted_at=time.time(), script_path=f"{root}/sbatch/{name}.sbatch",
         )  # fmt: skip
         context["ti"].xcom_push(key="slurm_job", value=handle.to_dict())
         time.sleep(900)

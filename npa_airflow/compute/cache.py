@@ -4,8 +4,9 @@ One file per key holds the last answer, the time it was fetched and the items it
 is stale (or does not cover what it needs) has it refreshed in the background: one refresh per key in flight in a
 process, on a small pool of threads (REFRESH_THREADS), which takes the key's lock file (``flock``), reads again,
 and only if the answer is still stale fetches a new one: N viewers and M worker processes refreshing at once cost
-one fetch. The reader waits for that refresh at most ``wait`` seconds, then takes what the file holds: a cluster
-that does not answer costs one pool thread per key, never the request threads of the API server.
+one fetch. A reader with a stale answer that covers its items gets it at once; one without waits for the refresh
+at most ``wait`` seconds, then takes what the file holds. A cluster that does not answer costs one pool thread per
+key, never the request threads of the API server.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ class SharedCache:
     def get(
         self, key: str, items: Sequence[str], fetch: Callable[[Sequence[str]], Any], wait: float = DEFAULT_WAIT
     ) -> CachedAnswer:
-        """The answer covering ``items``: cached when fresh, else refreshed (one fetch for all readers) and waited
-        for at most ``wait`` seconds; past that, the answer the file holds (stale, or one saying there is none yet).
+        """The answer covering ``items``: cached when fresh, else refreshed (one fetch for all readers); a stale
+        answer that covers ``items`` is returned at once, otherwise the refresh is waited for at most ``wait``
+        seconds, then the answer the file holds is returned (partial, or one saying there is none yet).
 
         A fetch that raises is cached as an error for ``ttl`` too (an unreachable cluster is not asked again
         by every viewer); the message is the exception's text.
@@ -98,6 +100,8 @@ class SharedCache:
         if self._fresh(answer, items):
             return answer  # type: ignore[return-value]
         refresh = self._refresh(key, items, fetch)
+        if answer is not None and set(items) <= set(answer.covers):
+            return answer  # stale but complete: served now, the refresh goes on in the background
         try:
             refresh.result(timeout=wait)
         except concurrent.futures.TimeoutError:

@@ -44,8 +44,9 @@ class CancelRequest:
 
 def _not_this_job(request: CancelRequest, why: str) -> NpaCancelFailed:
     return NpaCancelFailed(
-        f"not cancelling Slurm job {request.job_id}: it was to be {request.job_name}, but it {why}. Nothing was "
-        "cancelled; the id came from a handle that does not belong to this job."
+        f"nothing was cancelled: Slurm job {request.job_id} was to be {request.job_name}, but {why}. Check the job id "
+        f"and the cluster (connection extra cluster_name) with `sacct -j {request.job_id}` and "
+        f"`squeue -j {request.job_id}`."
     )
 
 
@@ -139,7 +140,7 @@ class CancelCommands:
         for r in requests:
             info = live.get(r.job_id)
             if info is not None and info.job_name != r.job_name:
-                settled[r] = _not_this_job(r, f"is named {info.job_name}")
+                settled[r] = _not_this_job(r, f"the job with that id is {info.job_name}, not this task's")
         if gone:
             sacct = await self.arun(
                 commands.build_sacct_states([r.job_id for r in gone], cluster, user=user), check=False
@@ -153,9 +154,8 @@ class CancelCommands:
                     settled[r] = ENDED
                 else:
                     seen = "has no record of it" if record is None else f"shows {record.job_name} {record.native_state}"
-                    settled[r] = _not_this_job(
-                        r, f"is no job of user {user} that slurmctld knows, and accounting {seen}"
-                    )
+                    why = f"slurmctld does not know it as a job of user {user}, and accounting {seen}"
+                    settled[r] = _not_this_job(r, why)
         ended_files = [p for r, outcome in settled.items() if outcome == ENDED for p in r.shred]
         await self.ashred(ended_files)
         return settled

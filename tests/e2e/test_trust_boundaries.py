@@ -57,7 +57,7 @@ def test_a_forged_handle_in_an_ended_task_s_xcom_changes_nothing_on_the_cluster(
         api.set_state(DAG_ID, run_id, TASK_ID, "success")  # and again
     poll(lambda: api_server_log(airflow).count(run_id) >= 6 or None, 60, "the listener's verdicts in the log")
     log = api_server_log(airflow)
-    assert f"not cancelling Slurm job {job_id}: it was to be {handle['job_name']}, but it is named victim-" in log
+    assert f"Slurm job {job_id} was to be {handle['job_name']}, but the job with that id is victim-" in log
     assert f"Ignoring paths in the handle of {DAG_ID}.{TASK_ID} of run {run_id}" in log and canary in log
     assert "its connection 'slurm_elsewhere' is not the task's ('slurm_default')" in log
     assert "malformed Slurm job handle" in log

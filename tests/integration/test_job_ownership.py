@@ -146,7 +146,7 @@ def test_a_cancel_by_id_reaches_only_the_job_of_the_name_it_was_given(cluster_ss
     victim = submit_as_npa(cluster_ssh, f"{dag_id}-victim")
     cleanup.append(victim)
     hook = SlurmHook("slurm_default")
-    with pytest.raises(NpaCancelFailed, match=f"it is named {dag_id}-victim"):
+    with pytest.raises(NpaCancelFailed, match=f"the job with that id is {dag_id}-victim, not this task.s"):
         hook.cancel(victim, job_name=f"npa-{dag_id}-0123456789-t1")
     assert squeue_state(cluster_ssh, victim) == "PENDING"
     assert hook.cancel(victim, job_name=f"{dag_id}-victim") == "cancelled"  # its own name: cancelled

@@ -28,7 +28,11 @@ def test_a_fresh_answer_is_served_without_fetching_again(tmp_path):
     assert calls == [["1", "2"]]
     cache.get("k", ["1", "3"], fetch)  # a job the answer does not cover: asked again
     clock.now += 10
-    cache.get("k", ["1", "3"], fetch)  # stale
+    stale = cache.get("k", ["1", "3"], fetch)  # stale: served at once, refreshed in the background
+    assert stale.value == {"1": "RUNNING", "3": "RUNNING"} and stale.fetched_at == 1009
+    deadline = time.monotonic() + 10
+    while len(calls) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert calls == [["1", "2"], ["1", "3"], ["1", "3"]]
 
 
@@ -108,6 +112,11 @@ def test_a_cluster_that_does_not_answer_never_holds_a_reader_past_its_wait(tmp_p
     while cache._read("k") is None and time.monotonic() < deadline:
         time.sleep(0.05)
     release.clear()
-    stale = cache.get("k", ["1"], hung, wait=0.2)  # stale at once (ttl 10 ms): a new refresh hangs, the old answer
-    assert stale.value == {"1": "RUNNING"} and len(calls) == 2
+    started = time.monotonic()
+    stale = cache.get("k", ["1"], hung, wait=5)  # stale at once (ttl 10 ms): served without waiting for the refresh
+    assert time.monotonic() - started < 1 and stale.value == {"1": "RUNNING"}
+    deadline = time.monotonic() + 10
+    while len(calls) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(calls) == 2
     release.set()
