@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -71,9 +73,11 @@ def _children(pid: int) -> list[int]:
 
 class PrivateSshd:
     """A login sshd of our own (the cluster's config on a free port): it may be stopped without touching the
-    shared login hosts other tests use. Stopping kills the listener and its session processes, by PID."""
+    shared login hosts other tests use. Stopping kills the listener and its session processes, by PID. It runs
+    where the bed's sshd run (its root filesystem, if any), so `directory` must be visible there."""
 
     def __init__(self, cluster, directory: Path) -> None:
+        self.cluster = cluster
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -88,9 +92,9 @@ class PrivateSshd:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["/usr/sbin/sshd", "-D", "-f", str(self.config), "-E", str(self.log)], start_new_session=True
-        )
+        argv = self.cluster.admin_argv(["/usr/sbin/sshd", "-D", "-f", str(self.config), "-E", str(self.log)])
+        env = {**os.environ, "NPA_CLUSTER_DIR": self.cluster.dir}
+        self.proc = subprocess.Popen(argv, start_new_session=True, env=env)  # exec'd: the PID is sshd's
         deadline = time.monotonic() + 10
         while True:
             with socket.socket() as probe:
@@ -112,7 +116,11 @@ class PrivateSshd:
 
 @pytest.fixture
 def private_sshd(slurm_cluster, tmp_path, monkeypatch):
-    sshd = PrivateSshd(slurm_cluster, tmp_path)
+    directory = tmp_path
+    if slurm_cluster.root:  # a directory its sshd sees: the bed's state directory is bound into its root
+        directory = Path(slurm_cluster.dir, "run", f"private-sshd-{uuid.uuid4().hex[:8]}")
+        directory.mkdir()
+    sshd = PrivateSshd(slurm_cluster, directory)
     sshd.start()
     conn = json.loads(slurm_cluster.conn_uri_json)
     conn["port"] = sshd.port
@@ -122,6 +130,8 @@ def private_sshd(slurm_cluster, tmp_path, monkeypatch):
         yield sshd
     finally:
         sshd.stop()
+        if directory != tmp_path:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.mark.slow
