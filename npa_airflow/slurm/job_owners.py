@@ -14,6 +14,7 @@ Everything else that holds one of the names is foreign: left alone, and reported
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from npa_airflow.common.deployment import Deployment
@@ -68,7 +69,7 @@ def _is_owned(info: SlurmJobInfo, names: TryNames, deployment: Deployment) -> bo
             info.comment is None  # those releases gave their jobs no comment
             and created is not None
             and info.submitted_at is not None
-            and info.submitted_at < created
+            and info.submitted_at < math.floor(created)  # Slurm's times are whole seconds: that second is not before
         )
     return False
 

@@ -338,7 +338,9 @@ async def test_a_named_cancel_of_this_user_s_live_job_of_that_name_cancels_it():
 async def test_a_named_cancel_whose_id_is_another_job_cancels_nothing():
     """A handle read back from XCom names this task's job but the id of another: nothing is cancelled."""
     hook, sent = scripted({"scancel": (0, "", ""), "squeue": (0, "7|7|RUNNING|None|c1|someone-elses-job\n", "")})
-    with pytest.raises(NpaCancelFailed, match=r"job 7 was to be npa-x-t1, but the job with that id is someone-elses-job"):
+    with pytest.raises(
+        NpaCancelFailed, match=r"job 7 was to be npa-x-t1, but the job with that id is someone-elses-job"
+    ):
         await hook.acancel("7", job_name="npa-x-t1", marker="/r/sbatch/npa-x-t1.sbatch.npa-cancelled")
     assert not [c for c in sent if "scancel" in c or "npa-cancelled" in c]
 

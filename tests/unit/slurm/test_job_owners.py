@@ -66,3 +66,10 @@ def test_the_report_of_a_foreign_job_names_it_and_its_comment():
         "Slurm job 41 (npa-t-0000000002-t3, RUNNING, comment 'x|y')"
     )
     assert describe_foreign(info(NAMES.own, job_id="41")).endswith("no owner proof)")
+
+
+def test_a_previous_release_s_job_from_the_second_of_the_upgrade_is_not_taken():
+    """Slurm records submit times in whole seconds: a job of second 100 may come after an upgrade at 100.4."""
+    upgraded = Deployment(PROD.key, 100.4, "test")
+    assert owned([info(NAMES.legacy[0], submitted_at=100.0)], upgraded).foreign
+    assert owned([info(NAMES.legacy[0], submitted_at=99.0)], upgraded).owned
