@@ -67,7 +67,8 @@ def take_sample(triggerer_pgid: int | None, login_ports: Sequence[int], exclude_
     """One reading of /proc (see the module docstring)."""
     procs = _read_all_stats()
     group = process_tree(procs, triggerer_pgid) if triggerer_pgid is not None else []
-    sshd = [p for p in procs if p.comm == "sshd" and p.pid not in exclude_pids]
+    # OpenSSH 9.8+ (Debian 13) names the per-connection processes sshd-session.
+    sshd = [p for p in procs if p.comm in ("sshd", "sshd-session") and p.pid not in exclude_pids]
     conns = established_to(parse_proc_net_tcp(_read("/proc/net/tcp")), login_ports)
     own_inodes = _socket_inodes(p.pid for p in group)
     mine = [c for c in conns if c.inode in own_inodes]

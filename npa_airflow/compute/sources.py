@@ -85,31 +85,14 @@ def _slurm_fetch(conn_id: str, cluster: str | None):
         from npa_airflow.slurm.hook import SlurmHook
 
         hook = SlurmHook(slurm_conn_id=conn_id).on_cluster(cluster)
-        states = hook.job_states(list(job_ids))  # one sacct, plus one squeue for jobs accounting lacks
-        states.update(_pending_reasons(hook, states))
+        # One round trip: the sacct, and one squeue for every shown job (a pending job's reason is slurmctld's).
+        states = hook.query_jobs(list(job_ids), pending=list(job_ids)).states
         return {
             job_id: asdict(r.JobStatus(info.state.value, info.native_state, info.reason, info.node_list))
             for job_id, info in states.items()
         }
 
     return fetch
-
-
-def _pending_reasons(hook: Any, states: dict[str, Any]) -> dict[str, Any]:
-    """squeue's answer for the jobs that accounting says are pending: sacct has no pending reason (it prints
-    "None"), slurmctld does. One squeue for all of them; none when nothing pends."""
-    from npa_airflow.common.states import JobState
-    from npa_airflow.slurm import commands
-
-    waiting = [i for i, info in states.items() if info.source == "sacct" and info.state is JobState.PENDING]
-    if not waiting:
-        return {}
-    target = hook.cluster or hook.config.cluster_name  # as AsyncSlurmHook.atarget_cluster
-    result = hook.run(commands.build_squeue_states(waiting, target), check=False)
-    if result.returncode != 0:
-        return {}  # the states stand without reasons
-    live = commands.parse_squeue(result.text)
-    return {i: live[i] for i in waiting if i in live}
 
 
 def _burst_fetch(conn_id: str, cluster: str):

@@ -7,7 +7,7 @@ method runs its async twin on one private background loop, so a worker's calls s
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
+from collections.abc import Collection, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from npa_airflow.common.background_loop import run_sync
@@ -40,6 +40,9 @@ class SlurmHook(AsyncSlurmHook):
 
     def stage_and_submit(self, files: Sequence[StagedFile], script_path: str, **kwargs: Any) -> commands.SubmitResult:
         return self._sync(self.astage_and_submit(files, script_path, **kwargs))
+
+    def query_jobs(self, job_ids: Sequence[str], *, pending: Collection[str] = ()) -> commands.JobQuery:
+        return self._sync(self.aquery_jobs(job_ids, pending=pending))
 
     def job_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
         return self._sync(self.ajob_states(job_ids))

@@ -1,4 +1,4 @@
-"""The Compute page's Slurm fetch: one batched state query, then one squeue only for the reasons of pending jobs."""
+"""The Compute page's sources: one state query per cluster (pending reasons included), and handles checked."""
 
 from __future__ import annotations
 
@@ -13,39 +13,25 @@ def info(job_id: str, state: JobState, source: str, reason: str | None = None) -
     return SlurmJobInfo(job_id, state.value, state, None, None, "n", None, reason, source)
 
 
-class FakeHook:
-    cluster = None
-    config = types.SimpleNamespace(cluster_name="main")
+def test_one_query_reads_every_shown_job_with_slurmctld_s_pending_reason(monkeypatch):
+    """One round trip: sacct for the states, and one squeue for every shown job in the same command, because only
+    slurmctld has a pending job's reason (24.11's sacct prints None)."""
+    from npa_airflow.slurm.commands import JobQuery
+    from npa_airflow.slurm.hook import SlurmHook
 
-    def __init__(self, squeue_out: str = "", rc: int = 0) -> None:
-        self.commands: list[list[str]] = []
-        self.squeue_out, self.rc = squeue_out, rc
+    asked = []
 
-    def run(self, argv, check=True):
-        self.commands.append(list(argv))
-        return types.SimpleNamespace(returncode=self.rc, text=self.squeue_out)
+    def query_jobs(self, job_ids, *, pending=()):
+        asked.append((self.cluster, list(job_ids), list(pending)))
+        return JobQuery(
+            {"7": info("7", JobState.PENDING, "squeue", "Resources"), "9": info("9", JobState.RUNNING, "sacct")}
+        )
 
-
-def test_pending_jobs_from_accounting_get_squeue_s_reason_in_one_command():
-    hook = FakeHook("7|7|PENDING|Resources|(null)|n\n8|8|PENDING|Priority|(null)|n\n")
-    states = {
-        "7": info("7", JobState.PENDING, "sacct"),
-        "8": info("8", JobState.PENDING, "sacct"),
-        "9": info("9", JobState.RUNNING, "sacct"),
-        "10": info("10", JobState.PENDING, "squeue", "BeginTime"),  # squeue answered already
-    }
-    reasons = sources._pending_reasons(hook, states)
-    assert {k: v.reason for k, v in reasons.items()} == {"7": "Resources", "8": "Priority"}
-    (command,) = hook.commands
-    assert command[:2] == ["squeue", "-h"] and "--jobs=7,8" in command and ["-M", "main"] == command[4:6]
-
-
-def test_nothing_pending_costs_no_squeue_and_a_failed_squeue_leaves_the_states():
-    hook = FakeHook()
-    assert sources._pending_reasons(hook, {"9": info("9", JobState.RUNNING, "sacct")}) == {}
-    assert hook.commands == []
-    failing = FakeHook(rc=1)
-    assert sources._pending_reasons(failing, {"7": info("7", JobState.PENDING, "sacct")}) == {}
+    monkeypatch.setattr(SlurmHook, "query_jobs", query_jobs)
+    monkeypatch.setattr(SlurmHook, "config", types.SimpleNamespace(cluster_name="main"), raising=False)
+    answer = sources._slurm_fetch("slurm_default", "b")(["7", "9"])
+    assert asked == [("b", ["7", "9"], ["7", "9"])]
+    assert answer["7"]["reason"] == "Resources" and answer["9"]["state"] == "RUNNING"
 
 
 def test_a_handle_that_is_not_its_task_s_own_gets_a_row_saying_so_and_reaches_no_cluster(monkeypatch):
