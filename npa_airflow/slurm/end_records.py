@@ -20,9 +20,16 @@ if TYPE_CHECKING:
     from npa_airflow.slurm.commands.records import SlurmJobInfo
 
 END_RECORD_NAME = "child_exit_code"
-# squeue asks per job whose end record slurmctld did not confirm (the script was between its last write and
-# its exit, or the file is not the script's); after that, the job's end waits for sacct alone.
-MAX_END_CONFIRMATIONS = 3
+# A job whose end record slurmctld did not confirm (the script was between its last write and its exit, which
+# takes seconds on a loaded node, or the file is not the script's) is asked about again after a wait that
+# doubles from 1 s up to this: a handful of squeues per such job, and its end is still seen while accounting
+# stalls for hours.
+MAX_END_ASK_GAP_SECONDS = 120.0
+
+
+def next_end_ask_gap(asks: int) -> float:
+    """Seconds to wait before the next squeue about a job whose end record was unconfirmed `asks` times."""
+    return min(2.0 ** max(asks - 1, 0), MAX_END_ASK_GAP_SECONDS)
 
 
 def end_record_for(results_dir: str | None) -> str | None:

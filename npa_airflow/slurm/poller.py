@@ -36,7 +36,7 @@ from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.ownership import Claim
 from npa_airflow.common.retry import Backoff, apause
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.end_records import MAX_END_CONFIRMATIONS
+from npa_airflow.slurm.end_records import next_end_ask_gap
 from npa_airflow.slurm.kill_batch import KillBatch
 from npa_airflow.slurm.offsets import (
     CLAIM_SUFFIX,
@@ -159,12 +159,12 @@ class Registration:
     shred_attempts: int = 0
     end_record: str | None = None  # the file the job's script writes last (npa_airflow.slurm.end_records)
     end_confirmations: int = 0  # squeue asks made because the end record existed while sacct said RUNNING
+    end_next_ask: float = 0.0  # monotonic time before which an unconfirmed end record is not asked about again
 
-    @property
-    def watched_end_record(self) -> str | None:
-        """The end record to look for in the next state query: while the job runs, for a few asks at most."""
-        running = self.state is JobState.RUNNING and self.end_confirmations < MAX_END_CONFIRMATIONS
-        return self.end_record if running else None
+    def watched_end_record(self, now: float) -> str | None:
+        """The end record to look for in the next state query: while the job runs and no ask is being waited out."""
+        due = self.state is JobState.RUNNING and now >= self.end_next_ask
+        return self.end_record if due else None
 
     @property
     def superseded(self) -> bool:
@@ -385,7 +385,8 @@ class SlurmPoller(OffsetBookkeeping):
         self.stats.state_queries += 1
         self.stats.max_jobs_per_query = max(self.stats.max_jobs_per_query, len(job_ids))
         self.stats.last_query_job_ids = tuple(job_ids)
-        end_records = {r.job_id: path for r in regs if (path := r.watched_end_record)}
+        now = time.monotonic()
+        end_records = {r.job_id: path for r in regs if (path := r.watched_end_record(now))}
         # squeue (in the same round trip) only for jobs last seen pending or not seen yet: their reason is
         # slurmctld's (24.11's sacct has none), and a running job costs slurmctld no RPC.
         pending = sorted({r.job_id for r in regs if r.state in (JobState.PENDING, JobState.UNKNOWN)})
@@ -403,6 +404,7 @@ class SlurmPoller(OffsetBookkeeping):
         for reg in regs:
             if reg.job_id in query.end_records_checked:
                 reg.end_confirmations += 1
+                reg.end_next_ask = time.monotonic() + next_end_ask_gap(reg.end_confirmations)
         self.stats.end_confirmations += len(query.end_records_checked)
         self.stats.ended_before_accounting += len(query.ended_before_accounting)
         return query

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -334,17 +336,36 @@ async def test_a_running_jobs_end_record_is_looked_for_and_settles_it_before_acc
     assert double.end_record_calls[-1] == {}, "an ended job's record is not looked for again"
 
 
-async def test_an_end_record_that_slurmctld_does_not_confirm_is_asked_about_a_few_times_only(double, tmp_path):
+async def test_an_end_record_that_slurmctld_does_not_confirm_is_asked_about_with_doubling_gaps(
+    double, tmp_path, monkeypatch
+):
+    """The script wrote its record but has not exited yet (seconds on a loaded node), or the file is not the
+    script's: squeue keeps saying RUNNING. It is asked again after 1, 2, 4 ... s (at most 120 s apart), never
+    given up on, since accounting may stall for longer than any fixed number of asks."""
+    clock = [1000.0]
+    monkeypatch.setattr(poller_mod, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
     poller = SlurmPoller("c1", lambda _: double, autostart=False)
     record = tmp_path / "child_exit_code"
-    record.write_text("1\n")  # e.g. not this script's: squeue keeps saying RUNNING
+    record.write_text("1\n")
     double.states["7"] = JobState.RUNNING
     reg = poller.register("7", end_record=str(record))
-    for _ in range(poller_mod.MAX_END_CONFIRMATIONS + 4):
+    asked_at = []
+    for _ in range(400):  # one cycle per second for 400 s
+        before = poller.stats.end_confirmations
         await poller.cycle()
+        if poller.stats.end_confirmations > before:
+            asked_at.append(clock[0] - 1000.0)
+        clock[0] += 1.0
     assert reg.state is JobState.RUNNING
-    assert poller.stats.end_confirmations == poller_mod.MAX_END_CONFIRMATIONS
-    assert double.end_record_calls[-1] == {}
+    gaps = [b - a for a, b in zip(asked_at, asked_at[1:])]
+    assert gaps[:7] == [1, 2, 4, 8, 16, 32, 64], asked_at
+    assert set(gaps[7:]) == {120}, asked_at
+    drain(reg)
+    double.controller["7"] = JobState.COMPLETE  # the job's end, minutes after its record: still seen early
+    for _ in range(121):
+        await poller.cycle()
+        clock[0] += 1.0
+    assert JobState.COMPLETE in {update.state for update in drain(reg)}
 
 
 async def test_squeue_is_asked_only_about_jobs_last_seen_pending_or_not_seen_yet(double):
