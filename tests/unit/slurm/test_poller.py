@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 from pathlib import Path
@@ -357,7 +358,7 @@ async def test_an_end_record_that_slurmctld_does_not_confirm_is_asked_about_with
             asked_at.append(clock[0] - 1000.0)
         clock[0] += 1.0
     assert reg.state is JobState.RUNNING
-    gaps = [b - a for a, b in zip(asked_at, asked_at[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(asked_at)]
     assert gaps[:7] == [1, 2, 4, 8, 16, 32, 64], asked_at
     assert set(gaps[7:]) == {120}, asked_at
     drain(reg)
