@@ -35,6 +35,7 @@ class ClusterEnv:
     key_file: str
     known_hosts: str
     conn_json: str
+    root: str = ""  # the bed's root filesystem ("" when its Slurm is this machine's): admin commands run inside
 
     @property
     def shared(self) -> str:
@@ -61,6 +62,7 @@ class ClusterEnv:
             key_file=values["NPA_SSH_KEY"],
             known_hosts=values["NPA_KNOWN_HOSTS"],
             conn_json=values["AIRFLOW_CONN_SLURM_DEFAULT"],
+            root=values.get("NPA_CLUSTER_ROOT", ""),
         )
 
     def ssh_argv(self, command: str, *, bind: str | None = None) -> list[str]:
@@ -72,16 +74,19 @@ class ClusterEnv:
         return [*argv, "-p", str(self.port), f"{self.user}@{self.host}", command]
 
     def admin(self, command: list[str]) -> str:
-        """Run a Slurm client command locally as the administrator (sdiag, sacctmgr)."""
+        """Run a Slurm client command as the administrator (sdiag, sacctmgr) where the bed's Slurm lives: here, or
+        in its root filesystem (``dev/cluster exec``; a 22.05 client cannot talk to a 24.11 daemon)."""
         env = {**os.environ, "SLURM_CONF": self.slurm_conf}
-        return subprocess.run(command, check=True, capture_output=True, text=True, env=env, timeout=60).stdout
+        argv = [str(CLUSTER_SCRIPT), "exec", "--", *command] if self.root else command
+        return subprocess.run(argv, check=True, capture_output=True, text=True, env=env, timeout=60).stdout
 
 
 # -- RPC counters ------------------------------------------------------------------------------------------
 
 
-def parse_rpc_counts(text: str) -> dict[str, int]:
-    """``Remote Procedure Call statistics by message type`` of sdiag / sacctmgr show stats -> {type: count}."""
+def parse_rpc_counts(text: str, field: str = "count") -> dict[str, int]:
+    """``Remote Procedure Call statistics by message type`` of sdiag / sacctmgr show stats -> {type: count}
+    (``field="total_time"``: {type: microseconds the daemon spent on it})."""
     counts: dict[str, int] = {}
     in_section = False
     for line in text.splitlines():
@@ -91,10 +96,15 @@ def parse_rpc_counts(text: str) -> dict[str, int]:
         if in_section:
             match = _RPC_LINE.match(line)
             if match:
-                counts[match.group(1)] = int(match.group(3))
+                counts[match.group(1)] = int(match.group(3) if field == "count" else _field(line, field))
             elif line.strip():
                 break
     return counts
+
+
+def _field(line: str, name: str) -> int:
+    match = re.search(rf"\b{name}:(\d+)", line)
+    return int(match.group(1)) if match else 0
 
 
 @dataclass(frozen=True)
