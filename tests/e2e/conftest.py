@@ -27,11 +27,29 @@ E2E_DAGS = Path(__file__).resolve().parent / "dags"
 E2E_SECRET = "npa-e2e-token-5b0d7c1f9a2e"
 
 
+def _is_e2e(item: pytest.Item | None) -> bool:
+    return item is not None and Path(__file__).resolve().parent in Path(item.fspath).resolve().parents
+
+
+# The session's quick-shape deployment while it runs, and the last e2e test of the session.
+_QUICK: list[AirflowInstance] = []
+_LAST_E2E: list[str] = []
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).resolve().parent
     for item in items:
-        if here in Path(item.fspath).resolve().parents:
+        if _is_e2e(item):
             item.add_marker(pytest.mark.e2e)
+    _LAST_E2E[:] = [item.nodeid for item in items if _is_e2e(item)][-1:]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """The quick-shape deployment stops after the session's last e2e test, not at its end: its processes would
+    otherwise load the 2-core machine while the tiers after it run."""
+    yield
+    if _QUICK and [item.nodeid] == _LAST_E2E:
+        _QUICK.pop().stop()
 
 
 @dataclass
@@ -72,6 +90,11 @@ class AirflowInstance:
             return  # a task of an earlier test still waits: its trigger keeps its id, nothing to inherit
         time.sleep(3)
 
+    def stop(self) -> None:
+        self.api.close()
+        if os.environ.get("NPA_E2E_KEEP") != "1":
+            self.script("down", timeout=300)
+
     def kill_triggerer(self) -> None:
         self.script("kill-triggerer")
 
@@ -79,7 +102,7 @@ class AirflowInstance:
         self.script("start-triggerer")
 
 
-def _deployment(shape: str, home: str, port: str) -> Iterator[AirflowInstance]:
+def _deployment(shape: str, home: str, port: str) -> AirflowInstance:
     env = {
         # Its own identity: its scheduler creates it in its metadata database (not the tests' in-process one).
         **{k: v for k, v in os.environ.items() if k != TEST_DEPLOYMENT_ENV},
@@ -101,22 +124,24 @@ def _deployment(shape: str, home: str, port: str) -> Iterator[AirflowInstance]:
         started = time.monotonic()
         instance.script("up", "--shape", shape, "--fresh", timeout=600)
         print(f"\n[e2e] Airflow ({shape} shape) up in {time.monotonic() - started:.0f}s")
-    try:
-        yield instance
-    finally:
-        instance.api.close()
-        if not keep:
-            instance.script("down", timeout=300)
+    return instance
 
 
 @pytest.fixture(scope="session")
 def airflow(slurm_cluster) -> Iterator[AirflowInstance]:
-    """The quick shape: SQLite, LocalExecutor, one scheduler, one triggerer."""
-    yield from _deployment(
+    """The quick shape: SQLite, LocalExecutor, one scheduler, one triggerer (stopped after the last e2e test)."""
+    instance = _deployment(
         "quick",
         os.environ.get("NPA_E2E_AIRFLOW_HOME", "/var/tmp/npa-airflow-e2e"),
         os.environ.get("NPA_E2E_AIRFLOW_PORT", "28090"),
     )
+    _QUICK.append(instance)
+    try:
+        yield instance
+    finally:
+        if instance in _QUICK:
+            _QUICK.remove(instance)
+            instance.stop()
 
 
 @pytest.fixture(scope="module")
@@ -124,11 +149,15 @@ def production(slurm_cluster) -> Iterator[AirflowInstance]:
     """The production shape: PostgreSQL, Redis, Celery (two workers), two schedulers, two triggerers.
 
     Per module: its ten processes would otherwise load the 2-core machine for the rest of the session."""
-    yield from _deployment(
+    instance = _deployment(
         "production",
         os.environ.get("NPA_E2E_PROD_AIRFLOW_HOME", "/var/tmp/npa-airflow-prod-e2e"),
         os.environ.get("NPA_E2E_PROD_AIRFLOW_PORT", "28190"),
     )
+    try:
+        yield instance
+    finally:
+        instance.stop()
 
 
 @pytest.fixture(scope="session")
