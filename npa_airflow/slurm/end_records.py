@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from npa_airflow.common.retry import Backoff
 from npa_airflow.common.states import JobState
 
 if TYPE_CHECKING:
@@ -22,14 +23,9 @@ if TYPE_CHECKING:
 END_RECORD_NAME = "child_exit_code"
 # A job whose end record slurmctld did not confirm (the script was between its last write and its exit, which
 # takes seconds on a loaded node, or the file is not the script's) is asked about again after a wait that
-# doubles from 1 s up to this: a handful of squeues per such job, and its end is still seen while accounting
-# stalls for hours.
-MAX_END_ASK_GAP_SECONDS = 120.0
-
-
-def next_end_ask_gap(asks: int) -> float:
-    """Seconds to wait before the next squeue about a job whose end record was unconfirmed `asks` times."""
-    return min(2.0 ** max(asks - 1, 0), MAX_END_ASK_GAP_SECONDS)
+# doubles from 1 s to at most 120 s (`END_ASK_BACKOFF.plain(asks)`): a handful of squeues per such job, and its
+# end is still seen while accounting stalls for hours.
+END_ASK_BACKOFF = Backoff(base=1.0, cap=120.0, jitter=0.0)
 
 
 def end_record_for(results_dir: str | None) -> str | None:

@@ -36,7 +36,7 @@ from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.ownership import Claim
 from npa_airflow.common.retry import Backoff, apause
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.end_records import next_end_ask_gap
+from npa_airflow.slurm.end_records import END_ASK_BACKOFF
 from npa_airflow.slurm.kill_batch import KillBatch
 from npa_airflow.slurm.offsets import (
     CLAIM_SUFFIX,
@@ -404,7 +404,7 @@ class SlurmPoller(OffsetBookkeeping):
         for reg in regs:
             if reg.job_id in query.end_records_checked:
                 reg.end_confirmations += 1
-                reg.end_next_ask = time.monotonic() + next_end_ask_gap(reg.end_confirmations)
+                reg.end_next_ask = time.monotonic() + END_ASK_BACKOFF.plain(reg.end_confirmations)
         self.stats.end_confirmations += len(query.end_records_checked)
         self.stats.ended_before_accounting += len(query.ended_before_accounting)
         return query
