@@ -18,7 +18,6 @@ import asyncssh
 from npa_airflow.common.configured_hook import ConfiguredHook
 from npa_airflow.common.remote_errors import sbatch_outcome_unknown, squeue_job_id_unknown
 from npa_airflow.common.retry import Backoff, Budget, aretry
-from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm import commands
 from npa_airflow.slurm.cancels import CancelCommands
@@ -353,11 +352,12 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         queued or running takes its answer (:func:`commands.merge_pending_states`).
 
         With sacct unanswered (slurmdbd down), a job missing from squeue may simply have ended: not absent.
-        `end_records` ({job id: path} of jobs last seen running) are looked for in the sacct command; a job whose
-        record exists while sacct says it runs joins the squeue, which settles it as COMPLETED before accounting
-        does (npa_airflow.slurm.end_records). The other ids sacct cannot settle (unknown to it, or ended in a state
-        Slurm requeues from) get a second squeue after it: a pure state check, with ``--only-job-state`` where the
-        login host's squeue has it (learnt once per connection). At most one sacct and two squeues.
+        `end_records` ({job id: path} of jobs not seen ended) are looked for in the sacct command; a job whose
+        record exists while sacct says it pends or runs joins the squeue, which settles it as COMPLETED before
+        accounting does (npa_airflow.slurm.end_records). The other ids sacct cannot settle (unknown to it, or
+        ended in a state Slurm requeues from) get a second squeue after it: a pure state check, with
+        ``--only-job-state`` where the login host's squeue has it (learnt once per connection). At most one sacct
+        and two squeues.
         """
         ids = list(dict.fromkeys(job_ids))
         if not ids:
@@ -385,8 +385,9 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
                 found = commands.merge_pending_states(found, first, live_ids)
                 answered.update(live_ids)
                 live.update(first)
-        running = {i for i, info in accounted.items() if info.state is JobState.RUNNING}
-        ending = [i for i, path in records.items() if seen.get(path) and i in running]
+        # Not yet ended for accounting: RUNNING, or still PENDING when slurmdbd stalled before the job's start.
+        unsettled = {i for i, info in accounted.items() if not info.state.is_terminal}
+        ending = [i for i, path in records.items() if seen.get(path) and i in unsettled]
         asked = [
             i
             for i in ids

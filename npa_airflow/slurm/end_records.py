@@ -3,9 +3,10 @@
 The rendered batch script writes `<results dir>/child_exit_code` as its last act and removes an earlier run's
 copy when it starts (templates/slurm). Under load slurmdbd falls behind: at N = 1,000 jobs ending in waves,
 sacct still reported 284 of them RUNNING at a poll after their end (docs/benchmarks.md). So the poller's state
-query also looks, in the same command as its sacct, for the end record of each job it last saw running; the
-jobs that have one while sacct says RUNNING join the query's one squeue, and slurmctld, which knows the end at
-once, settles them. While no job ends, nothing more is asked: the steady state costs slurmctld no RPC.
+query also looks, in the same command as its sacct, for the end record of each job it has not seen end; the
+jobs that have one while sacct says RUNNING (or PENDING: slurmdbd stalled before it recorded the start) join the
+query's one squeue, and slurmctld, which knows the end at once, settles them. While no job ends, nothing more is
+asked: the steady state costs slurmctld no RPC.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def split_end_records(stdout: str, paths: Sequence[str]) -> tuple[dict[str, bool
 def ended_before_accounting(
     accounted: Mapping[str, SlurmJobInfo], live: Mapping[str, SlurmJobInfo], candidates: Sequence[str]
 ) -> dict[str, SlurmJobInfo]:
-    """squeue's answer for the candidates (end record found, sacct says RUNNING) that it shows COMPLETED.
+    """squeue's answer for the candidates (end record found, sacct has no end) that it shows COMPLETED.
 
     Only COMPLETED is taken early: it is final (never requeued) and means exit code 0. A failed job's exit code
     and reason come from sacct, so any other end waits for accounting.

@@ -158,12 +158,14 @@ class Registration:
     shredded: bool = False
     shred_attempts: int = 0
     end_record: str | None = None  # the file the job's script writes last (npa_airflow.slurm.end_records)
-    end_confirmations: int = 0  # squeue asks made because the end record existed while sacct said RUNNING
+    end_confirmations: int = 0  # squeue asks made because the end record existed while sacct had no end
     end_next_ask: float = 0.0  # monotonic time before which an unconfirmed end record is not asked about again
 
     def watched_end_record(self, now: float) -> str | None:
-        """The end record to look for in the next state query: while the job runs and no ask is being waited out."""
-        due = self.state is JobState.RUNNING and now >= self.end_next_ask
+        """The end record to look for in the next state query: until the job is seen ended (a test in the sacct's
+        command, no RPC), unless an unconfirmed ask is being waited out. Not only while it runs: accounting that
+        stalled before the job's start says PENDING to its end."""
+        due = not self.state.is_terminal and now >= self.end_next_ask
         return self.end_record if due else None
 
     @property
@@ -216,7 +218,7 @@ class PollerStats:
     failures: int = 0
     files_shredded: int = 0
     updates_withheld: int = 0  # quiet updates equal to the trigger's last one: not published
-    end_confirmations: int = 0  # jobs asked to squeue because their end record existed while sacct said RUNNING
+    end_confirmations: int = 0  # jobs asked to squeue because their end record existed while sacct had no end
     ended_before_accounting: int = 0  # of those, jobs squeue settled as COMPLETED
     max_jobs_per_query: int = 0
     last_query_job_ids: tuple[str, ...] = ()

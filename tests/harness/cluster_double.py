@@ -66,14 +66,14 @@ class LocalClusterDouble:
 
     async def aquery_jobs(self, job_ids, end_records=None, pending=()):
         """`states` is what sacct says; a job in `controller` (what squeue says) whose end record exists locally
-        while sacct says RUNNING takes squeue's answer when it is COMPLETED, as the hook does. `pending` (the ids
+        while sacct has no end for it takes squeue's answer when it is COMPLETED, as the hook does. `pending` (the ids
         the poller asks squeue about with the sacct) is recorded in `pending_calls`."""
         states = await self.ajob_states(job_ids)
         self.end_record_calls.append(dict(end_records or {}))
         self.pending_calls.append(list(pending))
         checked = [
             j for j, path in (end_records or {}).items()
-            if Path(path).exists() and j in states and states[j].state is JobState.RUNNING
+            if Path(path).exists() and j in states and not states[j].state.is_terminal
         ]  # fmt: skip
         early = {j: info(j, JobState.COMPLETE) for j in checked if self.controller.get(j) is JobState.COMPLETE}
         return JobQuery(

@@ -263,7 +263,10 @@ def test_accounting_stalled_the_job_end_is_seen_from_squeue_within_a_poll(slurm_
         task = asyncio.ensure_future(run_trigger(trigger, logger, timeout=300))
         await wait_for_lines(collected, "tick-", 2, task)
         with StalledAccounting(slurm_cluster, cluster_name):
-            event = await asyncio.wait_for(task, 90)
+            try:
+                event = await asyncio.wait_for(task, 90)
+            except asyncio.TimeoutError:
+                pytest.fail(f"no event 90 s into the stall; the trigger's log: {collected.lines}")
             fired = time.time()
             sacct_then = await asyncio.to_thread(_sacct_state, cluster_admin, job_id)
             squeue_then = cluster_admin(f"squeue -h -t all -j {job_id} -o %T", check=False).stdout.strip()

@@ -202,6 +202,20 @@ async def test_a_job_whose_end_record_exists_while_sacct_says_running_is_settled
     assert len(tools.round_trips) == 2 and tools.calls("squeue") == ["-h -t all --jobs=7 -o %i|%A|%T|%r|%N|%j"]
 
 
+async def test_a_job_accounting_still_calls_pending_is_settled_by_squeue_once_its_end_record_exists(tmp_path):
+    """slurmdbd stalled before it recorded the job's start (as after a slurmctld restart): sacct says PENDING to
+    the end, whether the poller last saw the job pending (its squeue rides with the sacct) or running."""
+    record = tmp_path / "child_exit_code"
+    record.write_text("0\n")
+    for n, pending in enumerate((["7"], [])):
+        answers = ((0, "7|7|PENDING|0:0|None assigned|None|a\n", ""), (0, "7|7|COMPLETED|None|c1|a\n", ""))
+        tools = Tools(tmp_path / str(n), *answers)
+        query = await tools.hook().aquery_jobs(["7"], {"7": str(record)}, pending=pending)
+        assert query.states["7"].state is JobState.COMPLETE, pending
+        assert query.end_records_checked == {"7"} and query.ended_before_accounting == {"7"}
+        assert len(tools.round_trips) == (1 if pending else 2)
+
+
 @pytest.mark.parametrize(
     ("squeue", "state"),
     [

@@ -322,7 +322,8 @@ async def test_a_running_jobs_end_record_is_looked_for_and_settles_it_before_acc
     double.states["7"] = JobState.PENDING
     reg = poller.register("7", end_record=str(record))
     await poller.cycle()
-    assert double.end_record_calls[-1] == {}, "a pending job is not looked for"
+    # Looked for while pending too (a shell test, no RPC): accounting that stalled before the start says PENDING.
+    assert double.end_record_calls[-1] == {"7": str(record)}
     double.states["7"] = JobState.RUNNING
     await poller.cycle()
     await poller.cycle()
@@ -335,6 +336,21 @@ async def test_a_running_jobs_end_record_is_looked_for_and_settles_it_before_acc
     assert poller.stats.end_confirmations == 1 and poller.stats.ended_before_accounting == 1
     await poller.cycle()
     assert double.end_record_calls[-1] == {}, "an ended job's record is not looked for again"
+
+
+async def test_a_job_accounting_never_saw_start_is_settled_from_its_end_record(double, tmp_path):
+    """slurmdbd stalled before it recorded the start (as after a slurmctld restart): sacct says PENDING from
+    submission to end; the job's end record and squeue settle it."""
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    record = tmp_path / "child_exit_code"
+    double.states["7"] = JobState.PENDING
+    reg = poller.register("7", end_record=str(record))
+    await poller.cycle()
+    record.write_text("0\n")
+    double.controller["7"] = JobState.COMPLETE
+    await poller.cycle()
+    assert drain(reg)[-1].state is JobState.COMPLETE
+    assert poller.stats.ended_before_accounting == 1
 
 
 async def test_an_end_record_that_slurmctld_does_not_confirm_is_asked_about_with_doubling_gaps(
