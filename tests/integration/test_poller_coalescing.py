@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import uuid
 from collections import Counter
 
@@ -50,12 +51,20 @@ class RecordingHook(SlurmHook):
         return await super().arun(argv, **kwargs)
 
 
+def _argv_of(command: list[str] | str) -> list[str]:
+    """The state query's argv: a shell line that first looks for end records ends in ``exec <argv>``."""
+    if isinstance(command, list):
+        return command
+    _, found, query = command.rpartition("; exec ")
+    return shlex.split(query) if found else []
+
+
 def _commands(sent: list[tuple[int, list]]) -> list[tuple[int, list[str]]]:
     """(cycle, argv) of every Slurm command (sacct or squeue) sent, batched ones included."""
     out = []
     for cycle, argv in sent:
-        parts = argv if isinstance(argv, list) and argv and isinstance(argv[0], list) else [argv]
-        out += [(cycle, a) for a in parts if isinstance(a, list) and a and a[0] in ("sacct", "squeue")]
+        parts = argv if isinstance(argv, list) and argv and isinstance(argv[0], (list, str)) else [argv]
+        out += [(cycle, a) for a in map(_argv_of, parts) if a and a[0] in ("sacct", "squeue")]
     return out
 
 
