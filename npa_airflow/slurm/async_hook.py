@@ -16,14 +16,20 @@ from typing import Any, TypeVar
 import asyncssh
 
 from npa_airflow.common.configured_hook import ConfiguredHook
-from npa_airflow.common.remote_errors import sbatch_outcome_unknown, squeue_job_id_unknown
+from npa_airflow.common.remote_errors import sacct_accounting_disabled, sbatch_outcome_unknown, squeue_job_id_unknown
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
-from npa_airflow.slurm import commands
+from npa_airflow.slurm import commands, without_accounting
 from npa_airflow.slurm.cancels import CancelCommands
 from npa_airflow.slurm.connection import SlurmConnectionConfig
-from npa_airflow.slurm.end_records import ended_before_accounting, split_end_records, with_end_records
+from npa_airflow.slurm.end_records import (
+    ended_before_accounting,
+    split_end_record_codes,
+    split_end_records,
+    with_end_record_codes,
+    with_end_records,
+)
 from npa_airflow.slurm.ssh import (
     CONNECTION_ERRORS,
     MAX_CHANNELS_PER_CONNECTION,
@@ -110,6 +116,33 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         """The cluster this hook's Slurm commands name (see the class docstring); None = no -M."""
         return self.cluster or (await self.aconfig()).cluster_name
 
+    async def aaccounting(self) -> bool | None:
+        """Whether the cluster keeps accounting, as learnt on the current connection: False once sacct answered
+        that accounting storage is disabled (no slurmdbd), True once it answered; None before either."""
+        return loop_pool().accounting.get((await self.aconfig()).pool_key)
+
+    async def alearn_accounting(self, sacct: CommandResult) -> bool:
+        """Learn from one sacct answer whether the cluster keeps accounting; True when it says there is none.
+
+        From then on this connection runs no sacct: job states come from slurmctld and the jobs' end records
+        (:mod:`npa_airflow.slurm.without_accounting`)."""
+        pool, key = loop_pool(), (await self.aconfig()).pool_key
+        if sacct.returncode == 0:
+            pool.accounting[key] = True
+            return False
+        if not sacct_accounting_disabled(sacct.error_text):
+            return False
+        if pool.accounting.get(key) is not False:
+            self.log.info(
+                "Slurm connection %s: the cluster keeps no accounting (sacct on %s: %s); job states come from "
+                "squeue, scontrol and each job's end record",
+                self.slurm_conn_id,
+                sacct.host,
+                sacct.error_text[-200:],
+            )
+        pool.accounting[key] = False
+        return True
+
     # -- connections ---------------------------------------------------------------------------------------------
 
     async def _connection(self) -> tuple[asyncssh.SSHClientConnection, str, asyncio.Semaphore]:
@@ -123,6 +156,7 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
                 entry = await open_connection(cfg, self.connect_attempts, self.log)
                 pool.connections[key] = entry
                 pool.only_job_state.pop(key, None)  # another login host may run another squeue
+                pool.accounting.pop(key, None)
                 pool.channels[key] = asyncio.Semaphore(MAX_CHANNELS_PER_CONNECTION)
         return entry[0], entry[1], pool.channels[key]
 
@@ -344,6 +378,7 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         job_ids: Sequence[str],
         end_records: Mapping[str, str] | None = None,
         pending: Collection[str] = (),
+        end_record_paths: Mapping[str, str] | None = None,
     ) -> commands.JobQuery:
         """Like :meth:`ajob_states`, and which ids are certainly absent: every tool asked answered without them.
 
@@ -358,11 +393,18 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         does (npa_airflow.slurm.end_records). The other ids sacct cannot settle (unknown to it, or ended in a state
         Slurm requeues from) get a second squeue after it: a pure state check, with ``--only-job-state`` where the
         login host's squeue has it (learnt once per connection). At most one sacct and two squeues.
+
+        On a cluster without accounting (learnt from sacct's answer once per connection) no sacct runs: ONE
+        squeue reads every job, with the end records of `end_record_paths` ({job id: path}, every job whose
+        record is known) in the same command (:meth:`_aquery_without_accounting`).
         """
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return commands.JobQuery({})
         cluster = await self.atarget_cluster()
+        all_records = {**(end_records or {}), **(end_record_paths or {})}
+        if await self.aaccounting() is False:
+            return await self._aquery_without_accounting(ids, cluster, all_records)
         records = {i: p for i, p in (end_records or {}).items() if i in ids and p}
         sacct_argv = commands.build_sacct_states(ids, cluster)
         command = with_end_records(sacct_argv, list(records.values())) if records else sacct_argv
@@ -372,6 +414,8 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
             sacct, squeue = await self.arun_batch([command, commands.build_squeue_states(live_ids, cluster)])
         else:
             sacct, squeue = await self.arun(command, check=False), None
+        if sacct.returncode != 0 and await self.alearn_accounting(sacct):
+            return await self._aquery_without_accounting(ids, cluster, all_records)
         seen, sacct_text = split_end_records(sacct.text, list(records.values())) if records else ({}, sacct.text)
         accounted = commands.parse_sacct(sacct_text) if sacct.returncode == 0 else {}
         answers: list[tuple[CommandResult, Sequence[str]]] = []  # each squeue that ran and the ids it asked about
@@ -415,6 +459,38 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
             ended_before_accounting=frozenset(early),
         )
 
+    async def _aquery_without_accounting(
+        self, ids: Sequence[str], cluster: str | None, end_records: Mapping[str, str]
+    ) -> commands.JobQuery:
+        """The states of `ids` on a cluster without accounting: ONE squeue of every job, preceded in the same
+        command by what their end records hold; ``scontrol show job`` (one round trip) only for jobs squeue shows
+        failed whose record holds no exit code. See :func:`without_accounting.settle`."""
+        records = {i: p for i, p in end_records.items() if i in ids and p}
+        paths = list(dict.fromkeys(records.values()))
+        squeue_argv = commands.build_squeue_states(ids, cluster)
+        command = with_end_record_codes(squeue_argv, paths) if paths else squeue_argv
+        result = await self.arun(command, check=False)
+        codes, text = split_end_record_codes(result.text, paths) if paths else ({}, result.text)
+        live = self._live_answer(dataclasses.replace(result, stdout=text.encode()))
+        if live is None:
+            raise NpaRemoteError(
+                f"squeue did not answer on {result.host} (the cluster keeps no accounting: squeue is the only "
+                f"source of job states): {result.error_text[-500:]}"
+            )
+        need = [i for i in ids if without_accounting.needs_scontrol(live.get(i), codes.get(records.get(i, "")))]
+        details = await self._ascontrol_jobs(need, cluster) if need else {}
+        return without_accounting.settle(ids, live, records, codes, details)
+
+    async def _ascontrol_jobs(self, ids: Sequence[str], cluster: str | None) -> dict[str, commands.SlurmJobInfo]:
+        """``scontrol show job`` of each of `ids`, in one round trip: those it still knows."""
+        results = await self.arun_batch([commands.build_scontrol_job(i, cluster) for i in ids])
+        found = {}
+        for job_id, result in zip(ids, results, strict=True):
+            info = commands.parse_scontrol_job(result.text) if result.returncode == 0 else None
+            if info is not None:
+                found[job_id] = info
+        return found
+
     @staticmethod
     def _live_answer(result: CommandResult) -> dict[str, commands.SlurmJobInfo] | None:
         """squeue's answer: its jobs, {} when the one id asked is unknown to slurmctld, None when it did not answer."""
@@ -448,7 +524,9 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
 
     async def asubmit_time(self, job_id: str) -> float | None:
         """When ``job_id`` was submitted (epoch seconds, Slurm's own record), or None if neither tool says."""
-        result = await self.arun(commands.build_submit_time(job_id, await self.atarget_cluster()), check=False)
+        accounting = await self.aaccounting() is not False
+        command = commands.build_submit_time(job_id, await self.atarget_cluster(), accounting=accounting)
+        result = await self.arun(command, check=False)
         return commands.parse_submit_time(result.text, job_id)
 
     async def ashred(self, paths: Sequence[str]) -> None:
@@ -501,17 +579,18 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         cluster = await self.atarget_cluster()
         user = (await self.aconfig()).user
         found: dict[str, commands.SlurmJobInfo] = {}
-        sacct, squeue = await self.arun_batch(
-            [
-                commands.build_find_by_name_sacct(names, user, cluster),
-                commands.build_find_by_name_squeue(names, user, cluster),
-            ]
-        )
-        if sacct.returncode == 0:
+        reads = [commands.build_find_by_name_squeue(names, user, cluster)]
+        if await self.aaccounting() is not False:  # without accounting, slurmctld's view is all there is
+            reads.insert(0, commands.build_find_by_name_sacct(names, user, cluster))
+        *accounted, squeue = await self.arun_batch(reads)
+        sacct = accounted[0] if accounted else None
+        if sacct is not None and sacct.returncode == 0:
             found.update(commands.parse_sacct(sacct.text, commands.FIND_SACCT_FIELDS))
+        if sacct is not None:
+            await self.alearn_accounting(sacct)
         if squeue.returncode == 0:  # the live view wins over accounting's lag, and it always has the comment
             found.update(commands.parse_squeue(squeue.text, commands.FIND_SQUEUE_FIELDS))
-        if sacct.returncode != 0 and squeue.returncode != 0:
+        if (sacct is None or sacct.returncode != 0) and squeue.returncode != 0:
             raise NpaRemoteError(f"could not look up jobs by name on {squeue.host}: {squeue.error_text[-500:]}")
         wanted = set(names)
         return [info for info in found.values() if info.job_name in wanted]
