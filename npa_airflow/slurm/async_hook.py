@@ -16,20 +16,15 @@ from typing import Any, TypeVar
 import asyncssh
 
 from npa_airflow.common.configured_hook import ConfiguredHook
-from npa_airflow.common.remote_errors import sacct_accounting_disabled, sbatch_outcome_unknown, squeue_job_id_unknown
+from npa_airflow.common.remote_errors import sbatch_outcome_unknown, squeue_job_id_unknown
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
-from npa_airflow.slurm import commands, without_accounting
+from npa_airflow.slurm import commands
+from npa_airflow.slurm.accounting_mode import AccountingMode
 from npa_airflow.slurm.cancels import CancelCommands
 from npa_airflow.slurm.connection import SlurmConnectionConfig
-from npa_airflow.slurm.end_records import (
-    ended_before_accounting,
-    split_end_record_codes,
-    split_end_records,
-    with_end_record_codes,
-    with_end_records,
-)
+from npa_airflow.slurm.end_records import ended_before_accounting, split_end_records, with_end_records
 from npa_airflow.slurm.ssh import (
     CONNECTION_ERRORS,
     MAX_CHANNELS_PER_CONNECTION,
@@ -76,12 +71,13 @@ def _feed(process: asyncssh.SSHClientProcess[bytes], stdin: bytes | None) -> boo
     return False
 
 
-class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
+class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, AccountingMode):
     """The async Slurm commands over SSH; :class:`npa_airflow.slurm.hook.SlurmHook` adds the sync facade.
 
     Every Slurm command names one cluster with ``-M``: ``cluster`` when given (the cluster a job handle
     records), else the connection's ``cluster_name``; neither means the login host's default cluster (no -M).
-    The cancels (checked, by id or by a try's job name) come from :class:`npa_airflow.slurm.cancels.CancelCommands`.
+    The cancels (checked, by id or by a try's job name) come from :class:`npa_airflow.slurm.cancels.CancelCommands`,
+    and what a cluster without accounting needs from :class:`npa_airflow.slurm.accounting_mode.AccountingMode`.
     """
 
     conn_name_attr = "slurm_conn_id"
@@ -115,33 +111,6 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
     async def atarget_cluster(self) -> str | None:
         """The cluster this hook's Slurm commands name (see the class docstring); None = no -M."""
         return self.cluster or (await self.aconfig()).cluster_name
-
-    async def aaccounting(self) -> bool | None:
-        """Whether the cluster keeps accounting, as learnt on the current connection: False once sacct answered
-        that accounting storage is disabled (no slurmdbd), True once it answered; None before either."""
-        return loop_pool().accounting.get((await self.aconfig()).pool_key)
-
-    async def alearn_accounting(self, sacct: CommandResult) -> bool:
-        """Learn from one sacct answer whether the cluster keeps accounting; True when it says there is none.
-
-        From then on this connection runs no sacct: job states come from slurmctld and the jobs' end records
-        (:mod:`npa_airflow.slurm.without_accounting`)."""
-        pool, key = loop_pool(), (await self.aconfig()).pool_key
-        if sacct.returncode == 0:
-            pool.accounting[key] = True
-            return False
-        if not sacct_accounting_disabled(sacct.error_text):
-            return False
-        if pool.accounting.get(key) is not False:
-            self.log.info(
-                "Slurm connection %s: the cluster keeps no accounting (sacct on %s: %s); job states come from "
-                "squeue, scontrol and each job's end record",
-                self.slurm_conn_id,
-                sacct.host,
-                sacct.error_text[-200:],
-            )
-        pool.accounting[key] = False
-        return True
 
     # -- connections ---------------------------------------------------------------------------------------------
 
@@ -458,38 +427,6 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
             end_records_checked=frozenset(ending),
             ended_before_accounting=frozenset(early),
         )
-
-    async def _aquery_without_accounting(
-        self, ids: Sequence[str], cluster: str | None, end_records: Mapping[str, str]
-    ) -> commands.JobQuery:
-        """The states of `ids` on a cluster without accounting: ONE squeue of every job, preceded in the same
-        command by what their end records hold; ``scontrol show job`` (one round trip) only for jobs squeue shows
-        failed whose record holds no exit code. See :func:`without_accounting.settle`."""
-        records = {i: p for i, p in end_records.items() if i in ids and p}
-        paths = list(dict.fromkeys(records.values()))
-        squeue_argv = commands.build_squeue_states(ids, cluster)
-        command = with_end_record_codes(squeue_argv, paths) if paths else squeue_argv
-        result = await self.arun(command, check=False)
-        codes, text = split_end_record_codes(result.text, paths) if paths else ({}, result.text)
-        live = self._live_answer(dataclasses.replace(result, stdout=text.encode()))
-        if live is None:
-            raise NpaRemoteError(
-                f"squeue did not answer on {result.host} (the cluster keeps no accounting: squeue is the only "
-                f"source of job states): {result.error_text[-500:]}"
-            )
-        need = [i for i in ids if without_accounting.needs_scontrol(live.get(i), codes.get(records.get(i, "")))]
-        details = await self._ascontrol_jobs(need, cluster) if need else {}
-        return without_accounting.settle(ids, live, records, codes, details)
-
-    async def _ascontrol_jobs(self, ids: Sequence[str], cluster: str | None) -> dict[str, commands.SlurmJobInfo]:
-        """``scontrol show job`` of each of `ids`, in one round trip: those it still knows."""
-        results = await self.arun_batch([commands.build_scontrol_job(i, cluster) for i in ids])
-        found = {}
-        for job_id, result in zip(ids, results, strict=True):
-            info = commands.parse_scontrol_job(result.text) if result.returncode == 0 else None
-            if info is not None:
-                found[job_id] = info
-        return found
 
     @staticmethod
     def _live_answer(result: CommandResult) -> dict[str, commands.SlurmJobInfo] | None:
