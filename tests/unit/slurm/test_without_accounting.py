@@ -314,3 +314,26 @@ async def test_who_cancelled_without_accounting_asks_squeue(tmp_path):
     assert origin.state == "CANCELLED" and not origin.by_airflow and not origin.accounting
     marker.write_text("")
     assert (await tools.hook().acancel_origin("4", str(marker))).by_airflow
+
+
+async def test_the_poller_gives_the_state_query_every_jobs_end_record_whatever_its_last_state():
+    """Only the hook knows whether the cluster keeps accounting: the poller hands it every end record it knows
+    (`end_record_paths`), besides those of running jobs it watches while accounting lags (`end_records`)."""
+    from npa_airflow.slurm.poller import SlurmPoller
+
+    class Hook:
+        def __init__(self) -> None:
+            self.calls: list[dict] = []
+
+        async def aquery_jobs(self, job_ids, **kwargs):
+            self.calls.append({"ids": list(job_ids), **kwargs})
+            return commands.JobQuery({})
+
+    hook = Hook()
+    poller = SlurmPoller("slurm_noacct", lambda _: hook, autostart=False)
+    poller.register("1", end_record="/r/1/child_exit_code")
+    poller.register("2")  # a sensor's bare job id: no results directory, no end record
+    await poller.cycle()
+    (call,) = hook.calls
+    assert call["end_record_paths"] == {"1": "/r/1/child_exit_code"}
+    assert call["end_records"] == {}, "not seen running: accounting's early-end check does not apply"
