@@ -44,19 +44,23 @@ class AccountingMode:
 
         From then on this connection runs no sacct: job states come from slurmctld and the jobs' end records
         (:mod:`npa_airflow.slurm.without_accounting`)."""
-        pool, key = loop_pool(), (await self.aconfig()).pool_key
         if sacct.returncode == 0:
-            pool.accounting[key] = True
+            loop_pool().accounting[(await self.aconfig()).pool_key] = True
             return False
-        if not sacct_accounting_disabled(sacct.error_text):
+        return await self.alearn_from_sacct_error(sacct.host, sacct.error_text)
+
+    async def alearn_from_sacct_error(self, host: str, error_text: str) -> bool:
+        """What sacct printed when it failed (on `host`): True, and learnt, when it says there is no accounting."""
+        if not sacct_accounting_disabled(error_text):
             return False
+        pool, key = loop_pool(), (await self.aconfig()).pool_key
         if pool.accounting.get(key) is not False:
             self.log.info(
                 "Slurm connection %s: the cluster keeps no accounting (sacct on %s: %s); job states come from "
                 "squeue, scontrol and each job's end record",
                 self.slurm_conn_id,
-                sacct.host,
-                sacct.error_text[-200:],
+                host,
+                error_text[-200:],
             )
         pool.accounting[key] = False
         return True

@@ -90,6 +90,7 @@ class CancelCommands:
     apaths_exist: Callable[[Sequence[str]], Awaitable[dict[str, bool]]]
     aaccounting: Callable[[], Awaitable[bool | None]]
     alearn_accounting: Callable[[CommandResult], Awaitable[bool]]
+    alearn_from_sacct_error: Callable[[str, str], Awaitable[bool]]
 
     async def acancel(
         self,
@@ -261,13 +262,15 @@ class CancelCommands:
 
     async def acancel_origin(self, job_id: str, marker: str | None) -> commands.CancelOrigin:
         """Who cancelled ``job_id``: Airflow (``marker`` exists) or the uid accounting names. On a cluster without
-        accounting (asked first when not learnt yet on this connection), only the marker tells."""
+        accounting (learnt from this very answer when not known yet on this connection), only the marker tells."""
         cluster = await self.atarget_cluster()
-        if await self.aaccounting() is None:
-            await self.alearn_accounting(await self.arun(commands.build_sacct_states([job_id], cluster), check=False))
-        accounting = await self.aaccounting() is not False
-        result = await self.arun(commands.build_cancel_origin(job_id, marker, cluster, accounting=accounting))
-        return commands.parse_cancel_origin(result.text, accounting=accounting)
+        if await self.aaccounting() is not False:
+            result = await self.arun(commands.build_cancel_origin(job_id, marker, cluster))
+            origin = commands.parse_cancel_origin(result.text)
+            if origin.sacct_error is None or not await self.alearn_from_sacct_error(result.host, origin.sacct_error):
+                return origin
+        result = await self.arun(commands.build_cancel_origin(job_id, marker, cluster, accounting=False))
+        return commands.parse_cancel_origin(result.text, accounting=False)
 
 
 def _settled_by_accounting(

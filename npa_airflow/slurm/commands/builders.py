@@ -23,6 +23,7 @@ from npa_airflow.slurm.commands.records import (
     BATCH_END,
     BATCH_MARK,
     CANCEL_BY_AIRFLOW,
+    CANCEL_SACCT_ERROR,
     CANCEL_STATE,
     CANCEL_USER,
     FIND_SACCT_FIELDS,
@@ -211,7 +212,8 @@ def build_cancel_origin(job_id: str, marker: str | None, cluster: str | None = N
     uid's user name. Read by :func:`npa_airflow.slurm.commands.parsers.parse_cancel_origin`.
 
     Without accounting (``accounting=False``) the state is slurmctld's (squeue, while it keeps the ended job), which
-    names no uid: only Airflow's marker tells its cancels from anyone else's.
+    names no uid: only Airflow's marker tells its cancels from anyone else's. With it, a sacct that prints no state
+    also prints why (its first error line), so that a cluster without accounting is recognised from this answer.
     """
     job = validate_job_id(job_id)
     if accounting:
@@ -228,6 +230,9 @@ def build_cancel_origin(job_id: str, marker: str | None, cluster: str | None = N
         'uid=${state#CANCELLED by }; case $uid in ""|*[!0-9]*) uid= ;; esac',
         f'[ -z "$uid" ] || printf "{CANCEL_USER} %s %s\\n" "$uid" "$(getent passwd "$uid" | cut -d: -f1)"',
     ]
+    if accounting:
+        why = f"$({shlex.join(query)} 2>&1 >/dev/null | head -n 1)"
+        parts.append(f'[ -n "$state" ] || printf "{CANCEL_SACCT_ERROR} %s\\n" "{why}"')
     return "; ".join(parts)
 
 

@@ -281,9 +281,12 @@ def parse_cancel_origin(stdout: str, *, accounting: bool = True) -> records.Canc
     user_line = next((x.split(" ", 2)[1:] for x in lines if x.startswith(records.CANCEL_USER + " ")), [])
     uid = user_line[0] if user_line and user_line[0].isdigit() else None
     user = user_line[1].strip() if len(user_line) > 1 and user_line[1].strip() else None
+    by_airflow = records.CANCEL_BY_AIRFLOW in lines
     if not accounting:
-        return records.CancelOrigin(by_airflow=records.CANCEL_BY_AIRFLOW in lines, state=state, accounting=False)
-    return records.CancelOrigin(by_airflow=records.CANCEL_BY_AIRFLOW in lines, state=state, uid=uid, user=user)
+        return records.CancelOrigin(by_airflow=by_airflow, state=state, accounting=False)
+    mark = records.CANCEL_SACCT_ERROR + " "
+    error = next((x[len(mark) :].strip() for x in lines if x.startswith(mark)), None)
+    return records.CancelOrigin(by_airflow=by_airflow, state=state, uid=uid, user=user, sacct_error=error or None)
 
 
 def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[records.LogChunk]:

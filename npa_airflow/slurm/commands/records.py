@@ -33,6 +33,7 @@ BATCH_END = "NPA-BATCH-END"
 CANCEL_BY_AIRFLOW = "NPA_CANCEL_BY_AIRFLOW"
 CANCEL_STATE = "NPA_CANCEL_STATE"
 CANCEL_USER = "NPA_CANCEL_USER"
+CANCEL_SACCT_ERROR = "NPA_CANCEL_SACCT_ERROR"  # why sacct printed no state (e.g. accounting storage is disabled)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class CancelOrigin:
     uid: str | None = None
     user: str | None = None
     accounting: bool = True  # False: the cluster keeps no accounting, so no uid is recorded
+    sacct_error: str | None = None  # sacct's first error line when it printed no state
 
     def describe(self) -> str:
         if self.by_airflow:

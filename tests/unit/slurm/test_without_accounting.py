@@ -308,12 +308,24 @@ async def test_a_cancel_without_accounting_is_checked_by_squeue_and_the_end_reco
 
 
 async def test_who_cancelled_without_accounting_asks_squeue(tmp_path):
+    """The first answer (sacct's, with why it printed no state) teaches the hook; then squeue is asked, and from
+    then on only squeue."""
     tools = Tools(tmp_path, {"sacct": SACCT_DISABLED, "squeue": (0, "CANCELLED\n", "")})
     marker = tmp_path / "job.sbatch.npa-cancelled"
-    origin = await tools.hook().acancel_origin("4", str(marker))
+    hook = tools.hook()
+    origin = await hook.acancel_origin("4", str(marker))
     assert origin.state == "CANCELLED" and not origin.by_airflow and not origin.accounting
+    assert await hook.aaccounting() is False and len(tools.round_trips) == 2
     marker.write_text("")
-    assert (await tools.hook().acancel_origin("4", str(marker))).by_airflow
+    assert (await hook.acancel_origin("4", str(marker))).by_airflow
+    assert len(tools.round_trips) == 3 and "sacct" not in tools.round_trips[-1]
+
+
+async def test_who_cancelled_with_accounting_costs_one_round_trip(tmp_path):
+    tools = Tools(tmp_path, {"sacct": (0, "CANCELLED by 0\n", "")})
+    origin = await tools.hook().acancel_origin("4", None)
+    assert (origin.uid, origin.accounting, origin.sacct_error) == ("0", True, None)
+    assert len(tools.round_trips) == 1
 
 
 async def test_the_poller_gives_the_state_query_every_jobs_end_record_whatever_its_last_state():
