@@ -24,13 +24,15 @@ class TaskRow:
     burst: dict[str, Any] | None = None  # the `burst_job` handle
 
 
-def describe_job(row: TaskRow) -> list[str]:
-    """The lines about a task's job: Slurm id and where its output and results are, or the SkyPilot cluster."""
+def describe_job(row: TaskRow, accounting: bool = True) -> list[str]:
+    """The lines about a task's job: Slurm id and where its output and results are, or the SkyPilot cluster.
+    Without `accounting` (no sacct), the job is looked up in slurmctld, which keeps it for MinJobAge."""
     if row.slurm:
         job = row.slurm
         cluster = f" on cluster {job['cluster']}" if job.get("cluster") else ""
+        look = f"sacct -j {job['job_id']}" if accounting else f"scontrol show job {job['job_id']}"
         return [
-            f"Slurm job {job['job_id']} ({job['job_name']}){cluster}: `sacct -j {job['job_id']}`",
+            f"Slurm job {job['job_id']} ({job['job_name']}){cluster}: `{look}`",
             f"output   {job['stdout_path']}",
             f"results  {job['results_dir']}",
         ]
@@ -41,13 +43,13 @@ def describe_job(row: TaskRow) -> list[str]:
     return []
 
 
-def render(dag_id: str, run_id: str, run_state: str, rows: list[TaskRow]) -> str:
+def render(dag_id: str, run_id: str, run_state: str, rows: list[TaskRow], accounting: bool = True) -> str:
     lines = ["", f"== {dag_id}: run {run_id} {run_state.upper()} =="]
     width = max((len(r.task_id) for r in rows), default=0)
     for row in rows:
         tries = f" (try {row.try_number})" if row.try_number > 1 else ""
         lines.append(f"  {row.task_id:<{width}}  {row.state}{tries}")
-        lines += [f"  {'':<{width}}    {line}" for line in describe_job(row)]
+        lines += [f"  {'':<{width}}    {line}" for line in describe_job(row, accounting)]
         if row.log_file:
             lines.append(f"  {'':<{width}}    task log {row.log_file}")
     if any(row.slurm for row in rows):
@@ -105,7 +107,8 @@ def main(dag_id: str) -> int:
             )
             for ti in sorted(tis, key=lambda t: (t.start_date is None, t.start_date, t.task_id))
         ]
-        print(render(dag_id, run.run_id, str(run.state), rows))
+        accounting = os.environ.get("NPA_SLURM_ACCOUNTING") != "none"  # dev/cluster env names the bed's mode
+        print(render(dag_id, run.run_id, str(run.state), rows, accounting))
     return 0
 
 

@@ -1,7 +1,9 @@
 """Fixtures for the local Slurm cluster (dev/cluster): a real cluster on loopback, driven over real SSH.
 
 The bed is the one `dev/cluster` selects: NPA_SLURM_VERSION=24.11 runs the tests against the Slurm 24.11 bed
-(NPA_CLUSTER_DIR, if set, must hold that bed), otherwise the 22.05 one.
+(NPA_CLUSTER_DIR, if set, must hold that bed), NPA_SLURM_ACCOUNTING=none against the site without accounting,
+otherwise the 22.05 one. On the site without accounting, tests marked `accounting` or `second_cluster` skip with
+their reason; tests marked `no_accounting` run only there.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class ClusterInfo:
     other_user: str  # a second Unix user of the cluster (no login): jobs of "someone else"
     slurm_version: str  # the bed's Slurm release: "22.05" (this machine's packages) or "24.11" (a root filesystem)
     root: str  # the bed's root filesystem ("" when its Slurm is this machine's): admin commands run inside it
+    accounting: bool = True  # False: the site without accounting (no slurmdbd; sacct says it is disabled)
+    min_job_age: int = 300  # seconds slurmctld keeps an ended job (squeue -t all shows it meanwhile)
 
     def admin_argv(self, argv: list[str]) -> list[str]:
         """``argv`` as root where the bed's Slurm lives (``dev/cluster exec``; the command itself for 22.05)."""
@@ -78,7 +82,7 @@ def _cluster_env() -> dict[str, str]:
     values = {}
     for line in out.splitlines():
         name, _, value = line.removeprefix("export ").partition("=")
-        values[name] = shlex.split(value)[0]
+        values[name] = (shlex.split(value) or [""])[0]
     return values
 
 
@@ -122,6 +126,8 @@ def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
         other_user=env["NPA_OTHER_USER"],
         slurm_version=env["NPA_SLURM_VERSION"],
         root=env["NPA_CLUSTER_ROOT"],
+        accounting=env.get("NPA_SLURM_ACCOUNTING", "slurmdbd") != "none",
+        min_job_age=int(env.get("NPA_SLURM_MIN_JOB_AGE") or 300),
     )
     if request.config.getoption("--cluster-down"):
         subprocess.run([str(CLUSTER_SCRIPT), "down"], check=True, timeout=300)
@@ -129,9 +135,28 @@ def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
 
 @pytest.fixture(autouse=True)
 def _cluster_for_marked_tests(request: pytest.FixtureRequest) -> None:
-    """Tests marked integration or e2e get the cluster (and AIRFLOW_CONN_SLURM_DEFAULT) without asking."""
+    """Tests marked integration or e2e get the cluster (and AIRFLOW_CONN_SLURM_DEFAULT) without asking; those that
+    need what the bed lacks (accounting, the second cluster) or another bed's shape skip, naming why."""
     if any(request.node.get_closest_marker(name) for name in CLUSTER_MARKERS):
-        request.getfixturevalue("slurm_cluster")
+        cluster: ClusterInfo = request.getfixturevalue("slurm_cluster")
+        _skip_unless_the_bed_fits(request.node, cluster)
+
+
+def _skip_unless_the_bed_fits(node: pytest.Item, cluster: ClusterInfo) -> None:
+    """`accounting(why)` and `second_cluster(why)` tests skip on the site without accounting; `no_accounting` tests
+    run only there."""
+    if cluster.accounting:
+        if node.get_closest_marker("no_accounting"):
+            pytest.skip(
+                "tests a site without accounting: runs on that bed only (NPA_SLURM_ACCOUNTING=none, "
+                "dev/cluster --no-accounting)"
+            )
+        return
+    for name, what in (("accounting", "accounting (sacct, slurmdbd)"), ("second_cluster", "the second cluster b")):
+        marker = node.get_closest_marker(name)
+        if marker is not None:
+            why = marker.args[0] if marker.args else ""
+            pytest.skip(f"needs {what}, which the bed without accounting does not have" + (f": {why}" if why else ""))
 
 
 @pytest.fixture

@@ -47,6 +47,11 @@ def squeue_job_id_unknown(stderr: str) -> bool:
     return "Invalid job id specified" in stderr
 
 
+def sacct_accounting_disabled(stderr: str) -> bool:
+    """sacct on a cluster without accounting storage (no slurmdbd): it never answers there, asking again is useless."""
+    return "accounting storage is disabled" in stderr.lower()
+
+
 def scancel_nothing_to_cancel(stderr: str) -> bool:
     """scancel refused because the job already ended or was purged: for us that is a successful cancel."""
     text = stderr.lower()

@@ -20,6 +20,7 @@ from npa_airflow.common.remote_errors import sbatch_outcome_unknown, squeue_job_
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm import commands
+from npa_airflow.slurm.accounting_mode import AccountingMode
 from npa_airflow.slurm.cancels import CancelCommands
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.end_records import ended_before_accounting, split_end_records, with_end_records
@@ -69,12 +70,13 @@ def _feed(process: asyncssh.SSHClientProcess[bytes], stdin: bytes | None) -> boo
     return False
 
 
-class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
+class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, AccountingMode):
     """The async Slurm commands over SSH; :class:`npa_airflow.slurm.hook.SlurmHook` adds the sync facade.
 
     Every Slurm command names one cluster with ``-M``: ``cluster`` when given (the cluster a job handle
     records), else the connection's ``cluster_name``; neither means the login host's default cluster (no -M).
-    The cancels (checked, by id or by a try's job name) come from :class:`npa_airflow.slurm.cancels.CancelCommands`.
+    The cancels (checked, by id or by a try's job name) come from :class:`npa_airflow.slurm.cancels.CancelCommands`,
+    and what a cluster without accounting needs from :class:`npa_airflow.slurm.accounting_mode.AccountingMode`.
     """
 
     conn_name_attr = "slurm_conn_id"
@@ -122,6 +124,7 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
                 entry = await open_connection(cfg, self.connect_attempts, self.log)
                 pool.connections[key] = entry
                 pool.only_job_state.pop(key, None)  # another login host may run another squeue
+                pool.accounting.pop(key, None)
                 pool.channels[key] = asyncio.Semaphore(MAX_CHANNELS_PER_CONNECTION)
         return entry[0], entry[1], pool.channels[key]
 
@@ -343,6 +346,7 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         job_ids: Sequence[str],
         end_records: Mapping[str, str] | None = None,
         pending: Collection[str] = (),
+        end_record_paths: Mapping[str, str] | None = None,
     ) -> commands.JobQuery:
         """Like :meth:`ajob_states`, and which ids are certainly absent: every tool asked answered without them.
 
@@ -358,11 +362,18 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         ended in a state Slurm requeues from) get a second squeue after it: a pure state check, with
         ``--only-job-state`` where the login host's squeue has it (learnt once per connection). At most one sacct
         and two squeues.
+
+        On a cluster without accounting (learnt from sacct's answer once per connection) no sacct runs: ONE
+        squeue reads every job, with the end records of `end_record_paths` ({job id: path}, every job whose
+        record is known) in the same command (:meth:`_aquery_without_accounting`).
         """
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return commands.JobQuery({})
         cluster = await self.atarget_cluster()
+        all_records = {**(end_records or {}), **(end_record_paths or {})}
+        if await self.aaccounting() is False:
+            return await self._aquery_without_accounting(ids, cluster, all_records)
         records = {i: p for i, p in (end_records or {}).items() if i in ids and p}
         sacct_argv = commands.build_sacct_states(ids, cluster)
         command = with_end_records(sacct_argv, list(records.values())) if records else sacct_argv
@@ -372,6 +383,8 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
             sacct, squeue = await self.arun_batch([command, commands.build_squeue_states(live_ids, cluster)])
         else:
             sacct, squeue = await self.arun(command, check=False), None
+        if sacct.returncode != 0 and await self.alearn_accounting(sacct):
+            return await self._aquery_without_accounting(ids, cluster, all_records)
         seen, sacct_text = split_end_records(sacct.text, list(records.values())) if records else ({}, sacct.text)
         accounted = commands.parse_sacct(sacct_text) if sacct.returncode == 0 else {}
         answers: list[tuple[CommandResult, Sequence[str]]] = []  # each squeue that ran and the ids it asked about
@@ -449,7 +462,9 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
 
     async def asubmit_time(self, job_id: str) -> float | None:
         """When ``job_id`` was submitted (epoch seconds, Slurm's own record), or None if neither tool says."""
-        result = await self.arun(commands.build_submit_time(job_id, await self.atarget_cluster()), check=False)
+        accounting = await self.aaccounting() is not False
+        command = commands.build_submit_time(job_id, await self.atarget_cluster(), accounting=accounting)
+        result = await self.arun(command, check=False)
         return commands.parse_submit_time(result.text, job_id)
 
     async def ashred(self, paths: Sequence[str]) -> None:
@@ -502,17 +517,18 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands):
         cluster = await self.atarget_cluster()
         user = (await self.aconfig()).user
         found: dict[str, commands.SlurmJobInfo] = {}
-        sacct, squeue = await self.arun_batch(
-            [
-                commands.build_find_by_name_sacct(names, user, cluster),
-                commands.build_find_by_name_squeue(names, user, cluster),
-            ]
-        )
-        if sacct.returncode == 0:
+        reads = [commands.build_find_by_name_squeue(names, user, cluster)]
+        if await self.aaccounting() is not False:  # without accounting, slurmctld's view is all there is
+            reads.insert(0, commands.build_find_by_name_sacct(names, user, cluster))
+        *accounted, squeue = await self.arun_batch(reads)
+        sacct = accounted[0] if accounted else None
+        if sacct is not None and sacct.returncode == 0:
             found.update(commands.parse_sacct(sacct.text, commands.FIND_SACCT_FIELDS))
+        if sacct is not None:
+            await self.alearn_accounting(sacct)
         if squeue.returncode == 0:  # the live view wins over accounting's lag, and it always has the comment
             found.update(commands.parse_squeue(squeue.text, commands.FIND_SQUEUE_FIELDS))
-        if sacct.returncode != 0 and squeue.returncode != 0:
+        if (sacct is None or sacct.returncode != 0) and squeue.returncode != 0:
             raise NpaRemoteError(f"could not look up jobs by name on {squeue.host}: {squeue.error_text[-500:]}")
         wanted = set(names)
         return [info for info in found.values() if info.job_name in wanted]

@@ -6,12 +6,13 @@ finds it (`npa_airflow.slurm.staging`).
 
 scancel of Slurm 22.05 exits 0, silently, for a job id slurmctld does not know (another cluster's, or one purged
 MinJobAge after it ended), and other versions say "Invalid job id specified". Neither proves anything, so a
-cancel counts only when slurmctld still knows the job (it took the cancel) or accounting shows it finished.
+cancel counts only when slurmctld still knows the job (it took the cancel) or accounting shows it finished. On a
+cluster without accounting, the job's own end record (its batch script's last write) is what shows it finished.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ class CancelRequest:
     marker: str | None = None
     shred: tuple[str, ...] = ()
     job_name: str | None = None
+    end_record: str | None = None  # the job's end record: shows it ended where there is no accounting
 
 
 def _not_this_job(request: CancelRequest, why: str) -> NpaCancelFailed:
@@ -85,9 +87,19 @@ class CancelCommands:
     arun: Callable[..., Awaitable[CommandResult]]
     atarget_cluster: Callable[[], Awaitable[str | None]]
     ashred: Callable[[Sequence[str]], Awaitable[None]]
+    apaths_exist: Callable[[Sequence[str]], Awaitable[dict[str, bool]]]
+    aaccounting: Callable[[], Awaitable[bool | None]]
+    alearn_accounting: Callable[[CommandResult], Awaitable[bool]]
+    alearn_from_sacct_error: Callable[[str, str], Awaitable[bool]]
 
     async def acancel(
-        self, job_id: str, *, job_name: str | None = None, marker: str | None = None, shred: Sequence[str] = ()
+        self,
+        job_id: str,
+        *,
+        job_name: str | None = None,
+        marker: str | None = None,
+        shred: Sequence[str] = (),
+        end_record: str | None = None,
     ) -> str:
         """scancel ``job_id`` (creating ``marker`` first); return CANCELLED or ENDED. With ``job_name``, only if
         ``job_id`` is the connection user's job of that name (see :class:`CancelRequest`).
@@ -97,9 +109,10 @@ class CancelCommands:
 
         Raises ``NpaRemoteError`` when the cluster did not answer (worth retrying) and ``NpaCancelFailed`` when
         nothing was cancelled: scancel refused, or the cluster does not know the job and accounting does not
-        show it finished (a wrong job id or cluster).
+        show it finished (a wrong job id or cluster). ``end_record``: the job's end record, which shows that it
+        finished on a cluster without accounting.
         """
-        request = CancelRequest(job_id, marker, tuple(shred), job_name)
+        request = CancelRequest(job_id, marker, tuple(shred), job_name, end_record)
         outcome = (await self.acancel_many([request]))[request]
         if isinstance(outcome, Exception):
             raise outcome
@@ -142,23 +155,32 @@ class CancelCommands:
             if info is not None and info.job_name != r.job_name:
                 settled[r] = _not_this_job(r, f"the job with that id is {info.job_name}, not this task's")
         if gone:
-            sacct = await self.arun(
-                commands.build_sacct_states([r.job_id for r in gone], cluster, user=user), check=False
-            )
-            if sacct.returncode != 0:
-                raise _unchecked([r.job_id for r in gone], sacct.error_text)
-            records = commands.parse_sacct(sacct.text)
-            for r in gone:
-                record = records.get(r.job_id)
-                if record is not None and record.job_name == r.job_name and record.state.is_terminal:
-                    settled[r] = ENDED
-                else:
-                    seen = "has no record of it" if record is None else f"shows {record.job_name} {record.native_state}"
-                    why = f"slurmctld does not know it as a job of user {user}, and accounting {seen}"
-                    settled[r] = _not_this_job(r, why)
+            settled.update(await self._settle_gone(gone, cluster, user))
         ended_files = [p for r, outcome in settled.items() if outcome == ENDED for p in r.shred]
         await self.ashred(ended_files)
         return settled
+
+    async def _settle_gone(
+        self, gone: Sequence[CancelRequest], cluster: str | None, user: str
+    ) -> dict[CancelRequest, str | Exception]:
+        """Named requests whose id slurmctld does not know as this user's job: ENDED when accounting (else the end
+        record) shows that the job of that name finished, refused otherwise."""
+        ids = [r.job_id for r in gone]
+        if await self.aaccounting() is not False:
+            sacct = await self.arun(commands.build_sacct_states(ids, cluster, user=user), check=False)
+            if sacct.returncode == 0:
+                return {r: _settled_by_accounting(r, commands.parse_sacct(sacct.text), user) for r in gone}
+            if not await self.alearn_accounting(sacct):
+                raise _unchecked(ids, sacct.error_text)
+        ended = await self._ended_by_record(gone)
+        why = f"slurmctld does not know it as a job of user {user}, and the cluster keeps no accounting"
+        return {r: ENDED if ended[r] else _not_this_job(r, f"{why}; {_no_record(r)}") for r in gone}
+
+    async def _ended_by_record(self, requests: Sequence[CancelRequest]) -> dict[CancelRequest, bool]:
+        """Whether each job's end record exists (the job's script finished), in one round trip."""
+        paths = list(dict.fromkeys(r.end_record for r in requests if r.end_record))
+        exists = await self.apaths_exist(paths) if paths else {}
+        return {r: bool(r.end_record and exists.get(r.end_record)) for r in requests}
 
     async def _cancel_checked(
         self, requests: Sequence[CancelRequest], cluster: str | None
@@ -172,7 +194,7 @@ class CancelCommands:
                 _raise_for_scancel(result, f"of {len(ids)} jobs")
             return {r: await self._outcome_alone(r) for r in requests}  # which job was refused?
         _raise_for_scancel(result, ids[0] if len(ids) == 1 else f"of {len(ids)} jobs")
-        outcomes = await self._cancel_outcomes(ids, cluster)
+        outcomes = await self._cancel_outcomes(ids, cluster, [r for r in requests if r.end_record])
         if result.returncode != 0:  # scancel found nothing to cancel: the shred after it did not run
             await self.ashred([p for r in requests if not isinstance(outcomes[r.job_id], Exception) for p in r.shred])
         return {r: outcomes[r.job_id] for r in requests}
@@ -183,8 +205,11 @@ class CancelCommands:
         except Exception as exc:
             return exc
 
-    async def _cancel_outcomes(self, job_ids: Sequence[str], cluster: str | None) -> dict[str, str | Exception]:
-        """What the scancel that just ran did to each job, from slurmctld's view, else from accounting."""
+    async def _cancel_outcomes(
+        self, job_ids: Sequence[str], cluster: str | None, with_records: Sequence[CancelRequest] = ()
+    ) -> dict[str, str | Exception]:
+        """What the scancel that just ran did to each job, from slurmctld's view, else from accounting (else, on a
+        cluster without it, from the end records of `with_records`)."""
         outcomes: dict[str, str | Exception] = {}
         squeue = await self.arun(commands.build_squeue_states(job_ids, cluster), check=False)
         if squeue.returncode == 0:
@@ -198,20 +223,23 @@ class CancelCommands:
         unknown = [j for j in job_ids if j not in outcomes]
         if not unknown:
             return outcomes
-        sacct = await self.arun(commands.build_sacct_states(unknown, cluster), check=False)
-        if sacct.returncode != 0:
-            raise _unchecked(unknown, sacct.error_text)
-        records = commands.parse_sacct(sacct.text)
+        if await self.aaccounting() is not False:
+            sacct = await self.arun(commands.build_sacct_states(unknown, cluster), check=False)
+            if sacct.returncode == 0:
+                return {**outcomes, **_outcomes_by_accounting(unknown, commands.parse_sacct(sacct.text), squeue.host)}
+            if not await self.alearn_accounting(sacct):
+                raise _unchecked(unknown, sacct.error_text)
+        requests = {r.job_id: r for r in with_records if r.job_id in unknown}
+        ended = await self._ended_by_record(list(requests.values()))
         for job_id in unknown:
-            record = records.get(job_id)
-            if record is not None and record.state.is_terminal:
+            request = requests.get(job_id)
+            if request is not None and ended[request]:
                 outcomes[job_id] = ENDED
                 continue
-            seen = "has no record of it" if record is None else f"still shows it {record.native_state}"
             outcomes[job_id] = NpaCancelFailed(
-                f"nothing was cancelled: slurmctld on {squeue.host} does not know Slurm job {job_id} and accounting "
-                f"{seen}. Check the job id and the cluster (connection extra cluster_name) with "
-                f"`sacct -j {job_id}` and `squeue -j {job_id}`."
+                f"nothing was cancelled: slurmctld on {squeue.host} does not know Slurm job {job_id} (it forgets an "
+                "ended job MinJobAge after its end) and the cluster keeps no accounting; "
+                f"{_no_record(request or CancelRequest(job_id))}. Check the job id with `squeue -j {job_id}`."
             )
         return outcomes
 
@@ -233,6 +261,48 @@ class CancelCommands:
         _raise_for_scancel(result, f"--name={job_name}")
 
     async def acancel_origin(self, job_id: str, marker: str | None) -> commands.CancelOrigin:
-        """Who cancelled ``job_id``: Airflow (``marker`` exists) or the uid accounting names."""
-        result = await self.arun(commands.build_cancel_origin(job_id, marker, await self.atarget_cluster()))
-        return commands.parse_cancel_origin(result.text)
+        """Who cancelled ``job_id``: Airflow (``marker`` exists) or the uid accounting names. On a cluster without
+        accounting (learnt from this very answer when not known yet on this connection), only the marker tells."""
+        cluster = await self.atarget_cluster()
+        if await self.aaccounting() is not False:
+            result = await self.arun(commands.build_cancel_origin(job_id, marker, cluster))
+            origin = commands.parse_cancel_origin(result.text)
+            if origin.sacct_error is None or not await self.alearn_from_sacct_error(result.host, origin.sacct_error):
+                return origin
+        result = await self.arun(commands.build_cancel_origin(job_id, marker, cluster, accounting=False))
+        return commands.parse_cancel_origin(result.text, accounting=False)
+
+
+def _settled_by_accounting(
+    request: CancelRequest, records: Mapping[str, commands.SlurmJobInfo], user: str
+) -> str | Exception:
+    """A named request whose job slurmctld no longer knows: ENDED if accounting shows it finished, else refused."""
+    record = records.get(request.job_id)
+    if record is not None and record.job_name == request.job_name and record.state.is_terminal:
+        return ENDED
+    seen = "has no record of it" if record is None else f"shows {record.job_name} {record.native_state}"
+    return _not_this_job(request, f"slurmctld does not know it as a job of user {user}, and accounting {seen}")
+
+
+def _no_record(request: CancelRequest) -> str:
+    if request.end_record is None:
+        return "where its end record would be is not known, so whether it ended cannot be told"
+    return f"it left no end record at {request.end_record}, so whether it ended cannot be told"
+
+
+def _outcomes_by_accounting(
+    unknown: Sequence[str], records: Mapping[str, commands.SlurmJobInfo], host: str
+) -> dict[str, str | Exception]:
+    outcomes: dict[str, str | Exception] = {}
+    for job_id in unknown:
+        record = records.get(job_id)
+        if record is not None and record.state.is_terminal:
+            outcomes[job_id] = ENDED
+            continue
+        seen = "has no record of it" if record is None else f"still shows it {record.native_state}"
+        outcomes[job_id] = NpaCancelFailed(
+            f"nothing was cancelled: slurmctld on {host} does not know Slurm job {job_id} and accounting "
+            f"{seen}. Check the job id and the cluster (connection extra cluster_name) with "
+            f"`sacct -j {job_id}` and `squeue -j {job_id}`."
+        )
+    return outcomes

@@ -27,6 +27,7 @@ END_RECORD_NAME = "child_exit_code"
 # doubles from 1 s to at most 120 s (`END_ASK_BACKOFF.plain(asks)`): a handful of squeues per such job, and its
 # end is still seen while accounting stalls for hours.
 END_ASK_BACKOFF = Backoff(base=1.0, cap=120.0, jitter=0.0)
+NO_EXIT_CODE = "?"  # with_end_record_codes: the record exists but holds no exit code
 
 
 def end_record_for(results_dir: str | None) -> str | None:
@@ -46,6 +47,34 @@ def split_end_records(stdout: str, paths: Sequence[str]) -> tuple[dict[str, bool
     or damaged line says False for the paths it lacks."""
     line, _, rest = stdout.partition("\n")
     return {path: line[i : i + 1] == "1" for i, path in enumerate(paths)}, rest
+
+
+def with_end_record_codes(argv: Sequence[str], paths: Sequence[str]) -> str:
+    """`argv` (a state query) preceded by ONE line: per path, the exit code its end record holds, ``-`` when there
+    is none, ``?`` when it holds no exit code. Shell builtins only; the rest is argv's own output and status."""
+    reads = []
+    for path in paths:
+        q = shlex.quote(path)
+        reads.append(
+            f"if [ -e {q} ]; then c=; {{ IFS= read -r c < {q}; }} 2>/dev/null || :; "
+            f"case $c in [0-9]|[0-9][0-9]|[0-9][0-9][0-9]) printf '%s ' \"$c\" ;; *) printf '{NO_EXIT_CODE} ' ;; esac; "
+            "else printf -- '- '; fi"
+        )
+    return "; ".join([*reads, "printf '\\n'", f"exec {shlex.join(argv)}"])
+
+
+def split_end_record_codes(stdout: str, paths: Sequence[str]) -> tuple[dict[str, int | None], str]:
+    """({path: exit code, or None for a record without one} for the paths that have a record, the state query's
+    own output) from :func:`with_end_record_codes` output. A short or damaged line has no record for the rest."""
+    line, _, rest = stdout.partition("\n")
+    tokens = line.split()
+    codes: dict[str, int | None] = {}
+    for path, word in zip(paths, tokens, strict=False):
+        if word.isdigit():
+            codes[path] = int(word)
+        elif word == NO_EXIT_CODE:
+            codes[path] = None
+    return codes, rest
 
 
 def ended_before_accounting(

@@ -48,9 +48,15 @@ class SlurmHook(AsyncSlurmHook):
         return self._sync(self.ajob_states(job_ids))
 
     def cancel(
-        self, job_id: str, *, job_name: str | None = None, marker: str | None = None, shred: Sequence[str] = ()
+        self,
+        job_id: str,
+        *,
+        job_name: str | None = None,
+        marker: str | None = None,
+        shred: Sequence[str] = (),
+        end_record: str | None = None,
     ) -> str:
-        return self._sync(self.acancel(job_id, job_name=job_name, marker=marker, shred=shred))
+        return self._sync(self.acancel(job_id, job_name=job_name, marker=marker, shred=shred, end_record=end_record))
 
     def cancel_by_name(
         self, job_name: str, *, comment: str, marker: str | None = None, shred: Sequence[str] = ()

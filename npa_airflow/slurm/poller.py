@@ -393,7 +393,13 @@ class SlurmPoller(OffsetBookkeeping):
         # slurmctld's (24.11's sacct has none), and a running job costs slurmctld no RPC.
         pending = sorted({r.job_id for r in regs if r.state in (JobState.PENDING, JobState.UNKNOWN)})
         try:
-            query: JobQuery = await self.hook.aquery_jobs(job_ids, end_records=end_records, pending=pending)
+            query: JobQuery = await self.hook.aquery_jobs(
+                job_ids,
+                end_records=end_records,
+                pending=pending,
+                # a cluster without accounting settles a job slurmctld forgot from its end record
+                end_record_paths={r.job_id: r.end_record for r in regs if r.end_record},
+            )
         except Exception as exc:
             self._consecutive_failures += 1
             self.stats.failures += 1

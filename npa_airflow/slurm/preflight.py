@@ -8,7 +8,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from npa_airflow.common.remote_errors import slurmctld_unreachable
+from npa_airflow.common.remote_errors import sacct_accounting_disabled, slurmctld_unreachable
 from npa_airflow.exceptions import NpaParseError, NpaValidationError
 from npa_airflow.slurm.commands import PartitionInfo, parse_partitions
 from npa_airflow.slurm.spec import normalize_storage_path
@@ -63,6 +63,7 @@ class PreflightRequest:
     dataset_paths: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
     time_minutes: int | None = None
+    check_accounting: bool = True  # report whether the cluster keeps accounting (a site without slurmdbd)
 
     def __post_init__(self) -> None:
         for tool in self.tools:
@@ -105,8 +106,13 @@ def build_preflight_command(req: PreflightRequest, cluster: str | None = None) -
     for path in req.dataset_paths:
         q = shlex.quote(dataset_path(path))
         lines.append(f'if [ -e {q} ]; then s=ok; else s=missing; fi; printf "{_MARK} path %s %s\\n" "$s" {q}')
+    mflag = f"-M {shlex.quote(cluster)} " if cluster else ""
+    if req.check_accounting:  # an empty window: sacct answers at once where there is accounting
+        lines.append(
+            f"if e=$(sacct {mflag}-X -n -o JobID -S now -E now 2>&1 >/dev/null); then echo '{_MARK} accounting yes'; "
+            f'else printf "{_MARK} accounting-error %s\\n" "$(printf %s "$e" | head -n 1)"; fi'
+        )
     if req.partitions:
-        mflag = f"-M {shlex.quote(cluster)} " if cluster else ""
         lines.append(f"echo '{_MARK} partitions-begin'")
         lines.append(f"scontrol {mflag}--oneliner show partitions 2>&1 || echo '{_MARK} partitions-error'")
         lines.append(f"echo '{_MARK} partitions-end'")
@@ -132,6 +138,19 @@ class PreflightReport:
     enroot: str | None = None
     partitions: dict[str, PartitionInfo] = field(default_factory=dict)
     failures: tuple[PreflightFailure, ...] = ()
+    # True: sacct answers; False: "accounting storage is disabled" (no slurmdbd: the provider reads states from
+    # squeue, scontrol and end records); None: not checked, or sacct failed otherwise (accounting_error says how)
+    accounting: bool | None = None
+    accounting_error: str | None = None
+
+    @property
+    def accounting_mode(self) -> str:
+        """The cluster's accounting, in words (the preflight's log line)."""
+        if self.accounting:
+            return "accounting (sacct answers)"
+        if self.accounting is False:
+            return "no accounting (no slurmdbd): job states from squeue, scontrol show job and each job's end record"
+        return f"accounting unknown (sacct: {self.accounting_error})" if self.accounting_error else "not checked"
 
     @property
     def ok(self) -> bool:
@@ -149,6 +168,7 @@ class PreflightReport:
             "pyxis": self.pyxis,
             "enroot": self.enroot,
             "partitions": {n: p.max_time_minutes for n, p in self.partitions.items()},
+            "accounting": self.accounting,
             "failures": [str(f) for f in self.failures],
         }
 
@@ -164,6 +184,8 @@ class _PreflightOutput:
     paths: dict[str, str] = field(default_factory=dict)  # dataset path -> status
     partition_lines: list[str] = field(default_factory=list)
     partition_error: bool = False
+    accounting: bool | None = None
+    accounting_error: str | None = None
 
     def read_mark(self, kind: str, rest: str) -> None:
         if kind == "tool":
@@ -179,6 +201,11 @@ class _PreflightOutput:
         elif kind == "path":
             status, _, path = rest.partition(" ")
             self.paths[path] = status
+        elif kind == "accounting":
+            self.accounting = rest == "yes"
+        elif kind == "accounting-error":
+            self.accounting = False if sacct_accounting_disabled(rest) else None
+            self.accounting_error = rest.strip() or "no message"
 
 
 def _read_preflight_output(stdout: str) -> _PreflightOutput:
@@ -284,4 +311,6 @@ def parse_preflight(stdout: str, req: PreflightRequest) -> PreflightReport:
         enroot=out.enroot,
         partitions=partitions,
         failures=tuple(failures + partition_failures),
+        accounting=out.accounting,
+        accounting_error=out.accounting_error,
     )

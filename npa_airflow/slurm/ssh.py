@@ -65,6 +65,8 @@ class ConnectionPool:
         self.connects = 0  # how many SSH connections this loop opened (benchmarks and tests read it)
         # Whether the login host's squeue has --only-job-state, learnt on the current connection of each key.
         self.only_job_state: dict[str, bool] = {}
+        # Whether the cluster keeps accounting (False: sacct said "accounting storage is disabled"), learnt alike.
+        self.accounting: dict[str, bool] = {}
 
 
 _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ConnectionPool] = weakref.WeakKeyDictionary()

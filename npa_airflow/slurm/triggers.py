@@ -30,6 +30,7 @@ from npa_airflow.common.secret_masking import redact_text
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
 from npa_airflow.exceptions import cluster_did_not_answer
+from npa_airflow.slurm import without_accounting
 from npa_airflow.slurm.cancels import CancelRequest
 from npa_airflow.slurm.end_records import end_record_for
 from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
@@ -385,11 +386,10 @@ class SlurmJobTrigger(BaseTrigger):
             return self._fire("success", f"Slurm job {self.job_id} COMPLETED", **details)
         if update.state is JobState.CANCELED:
             return self._fire("canceled", f"Slurm job {self.job_id} ended {native}", **details)
-        return self._fire(
-            "failed",
-            f"Slurm job {self.job_id} ended {native} (exit code {details['exit_code']})",
-            **details,
-        )
+        message = f"Slurm job {self.job_id} ended {native} (exit code {details['exit_code']})"
+        if info is not None and info.source == without_accounting.SOURCE and info.exit_code is None and info.reason:
+            message = f"{message}: {info.reason}"  # a cluster without accounting lost how it ended: say so
+        return self._fire("failed", message, **details)
 
     async def _marker_exists(self, marker: str) -> bool | None:
         """True/False, or None when the deadline passed before the cluster could answer."""
@@ -428,7 +428,11 @@ class SlurmJobTrigger(BaseTrigger):
         """
         kills = self._poller().kills  # batched with the other triggers' cancels (a whole DAG run marked failed)
         request = CancelRequest(
-            self.job_id, self._cancel_marker(), tuple(self.secret_files()), job_name=self.handle.get("job_name")
+            self.job_id,
+            self._cancel_marker(),
+            tuple(self.secret_files()),
+            job_name=self.handle.get("job_name"),
+            end_record=end_record_for(self.handle.get("results_dir")),
         )
 
         def again(exc: BaseException, delay: float) -> None:

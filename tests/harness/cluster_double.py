@@ -64,7 +64,7 @@ class LocalClusterDouble:
             raise ConnectionError("connection to 127.0.0.1:2222 lost")
         return {j: info(j, self.states[j], reason=self.reasons.get(j)) for j in job_ids if j in self.states}
 
-    async def aquery_jobs(self, job_ids, end_records=None, pending=()):
+    async def aquery_jobs(self, job_ids, end_records=None, pending=(), end_record_paths=None):
         """`states` is what sacct says; a job in `controller` (what squeue says) whose end record exists locally
         while sacct has no end for it takes squeue's answer when it is COMPLETED, as the hook does. `pending` (the ids
         the poller asks squeue about with the sacct) is recorded in `pending_calls`."""

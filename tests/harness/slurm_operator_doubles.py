@@ -84,7 +84,7 @@ class HookDouble:
         self.calls.append(("find", tuple(names)))
         return [j for j in self.existing if j.job_name in names]
 
-    def cancel(self, job_id, *, job_name=None, marker=None, shred=()):
+    def cancel(self, job_id, *, job_name=None, marker=None, shred=(), end_record=None):
         self.calls.append(("cancel", job_id))
         self.cancel_names[job_id] = job_name
         if shred:

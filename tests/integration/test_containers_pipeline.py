@@ -22,7 +22,10 @@ import pytest
 
 from tests.harness.airflow_tasks import job_name as job_name_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.accounting("checks with sacct which jobs ran since the test began, long after MinJobAge"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable

@@ -26,7 +26,7 @@ from tests.harness.airflow_tasks import job_name as job_name_for
 from tests.harness.airflow_tasks import make_submit_operator as make_operator
 from tests.supervisor_double import install_supervisor, run_for_task_instance
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.second_cluster("a job on cluster b, reached through slurmdbd")]
 
 
 def connection_json(slurm_cluster: Any, cluster_name: str | None) -> str:

@@ -23,7 +23,7 @@ from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import get_poller, reset_pollers
 from npa_airflow.slurm.triggers import SlurmJobTrigger
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.accounting("counts the one sacct of each poller cycle")]
 
 N_JOBS = 20
 CYCLES_BEFORE_CANCEL = 3

@@ -98,6 +98,7 @@ def requeue_by_node_failure(cluster_admin, cluster_ssh, job_id: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("requeue", [requeue_by_admin, requeue_by_node_failure], ids=["scontrol", "node_fail"])
+@pytest.mark.accounting("reads the runs of the requeued job from sacct --duplicates")
 def test_a_requeued_job_gets_its_secret_again_and_the_sidecar_goes_with_its_end(
     slurm_cluster, cluster_ssh, cluster_admin, monkeypatch, requeue
 ):
@@ -192,7 +193,9 @@ def test_a_user_kill_of_a_pending_job_cancels_it_and_shreds_its_sidecar(slurm_cl
         await trigger.on_kill()
 
     asyncio.run(scenario())
-    state = cluster_ssh(f"sacct -n -X -P -o State -j {handle['job_id']}", check=True).stdout.split()
+    job_id = handle["job_id"]
+    ask = f"sacct -n -X -P -o State -j {job_id}" if slurm_cluster.accounting else f"squeue -h -t all -o %T -j {job_id}"
+    state = cluster_ssh(ask, check=True).stdout.split()
     assert state and state[0].startswith("CANCELLED"), state
     assert cluster_ssh(f"test -e {sidecar}").returncode == 1
 

@@ -31,6 +31,7 @@ def _states(cluster_ssh, argv: list[str] | str) -> dict[str, commands.SlurmJobIn
     return commands.parse_squeue(cluster_ssh(command, check=True).stdout)
 
 
+@pytest.mark.accounting("compares sacct's reason of a pending job with squeue's")
 def test_only_squeue_knows_a_pending_jobs_reason_on_every_version(slurm_cluster, cluster_ssh, held_job):
     deadline = time.monotonic() + 30
     while True:  # accounting records a job a moment after its submission
@@ -58,6 +59,7 @@ def test_squeue_only_job_state_is_there_from_24_11_and_answers_states_only(slurm
         assert (gone.returncode, gone.stdout) == (0, "")
 
 
+@pytest.mark.second_cluster("squeue -M b")
 def test_squeue_only_job_state_ignores_the_cluster_on_24_11(slurm_cluster, cluster_ssh, held_job):
     """Why the hook never sends --only-job-state with -M: 24.11.5 answers for the login host's default cluster
     (under a "CLUSTER: b" banner without -h). If this fails, Slurm fixed it: the hook may then use it with -M."""
@@ -69,6 +71,7 @@ def test_squeue_only_job_state_ignores_the_cluster_on_24_11(slurm_cluster, clust
     assert out.split() == [held_job] and held_job not in on_b, (out, on_b)
 
 
+@pytest.mark.accounting("the squeue form is learnt for the squeue that follows a sacct")
 def test_the_hook_learns_once_per_connection_which_squeue_form_to_send(slurm_cluster):
     """A job sacct does not know (not pending: no squeue rides with the sacct) costs one squeue after it: the first
     on a connection checks `squeue --help` itself, the next ones are sent as learnt; both answer "absent"."""

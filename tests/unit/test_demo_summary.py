@@ -36,3 +36,11 @@ def test_each_task_shows_its_state_job_output_and_results():
 def test_a_job_on_another_cluster_names_it():
     row = demo_summary.TaskRow("train", "running", 1, None, slurm={**SLURM, "cluster": "b"})
     assert "Slurm job 539 (npa-slurm-train-train-d944fcb87d-t1) on cluster b" in demo_summary.describe_job(row)[0]
+
+
+def test_without_accounting_the_summary_points_at_slurmctlds_record():
+    row = demo_summary.TaskRow(
+        "train", "success", 1, None, slurm={"job_id": "7", "job_name": "n", "stdout_path": "/o", "results_dir": "/r"}
+    )
+    assert "`sacct -j 7`" in demo_summary.describe_job(row)[0]
+    assert "`scontrol show job 7`" in demo_summary.describe_job(row, accounting=False)[0]

@@ -23,6 +23,7 @@ from npa_airflow.slurm.commands.records import (
     BATCH_END,
     BATCH_MARK,
     CANCEL_BY_AIRFLOW,
+    CANCEL_SACCT_ERROR,
     CANCEL_STATE,
     CANCEL_USER,
     FIND_SACCT_FIELDS,
@@ -206,29 +207,48 @@ def build_record_cancel(marker: str) -> str:
     return f"{{ mkdir -p -- {shlex.quote(posixpath.dirname(path))} && : > {shlex.quote(path)}; }} 2>/dev/null"
 
 
-def build_cancel_origin(job_id: str, marker: str | None, cluster: str | None = None) -> str:
+def build_cancel_origin(job_id: str, marker: str | None, cluster: str | None = None, *, accounting: bool = True) -> str:
     """Who cancelled a job: whether Airflow's marker exists, sacct's State ("CANCELLED by <uid>") and that
-    uid's user name. Read by :func:`npa_airflow.slurm.commands.parsers.parse_cancel_origin`."""
-    sacct = ["sacct", "-X", "--noheader", "--parsable2", *cluster_args(cluster), "-j", validate_job_id(job_id)]
+    uid's user name. Read by :func:`npa_airflow.slurm.commands.parsers.parse_cancel_origin`.
+
+    Without accounting (``accounting=False``) the state is slurmctld's (squeue, while it keeps the ended job), which
+    names no uid: only Airflow's marker tells its cancels from anyone else's. With it, a sacct that prints no state
+    also prints why (its first error line), so that a cluster without accounting is recognised from this answer.
+    """
+    job = validate_job_id(job_id)
+    if accounting:
+        query = ["sacct", "-X", "--noheader", "--parsable2", *cluster_args(cluster), "-j", job, "-o", "State"]
+    else:
+        query = ["squeue", "-h", "-t", "all", *cluster_args(cluster), f"--jobs={job}", "-o", "%T"]
     parts = []
     if marker is not None:
         quoted = shlex.quote(validate_remote_path(marker, "cancel marker"))
         parts.append(f"[ ! -e {quoted} ] || echo {CANCEL_BY_AIRFLOW}")
     parts += [
-        f"state=$({shlex.join([*sacct, '-o', 'State'])} 2>/dev/null | head -n 1)",
+        f"state=$({shlex.join(query)} 2>/dev/null | head -n 1)",
         f'printf "{CANCEL_STATE} %s\\n" "$state"',
         'uid=${state#CANCELLED by }; case $uid in ""|*[!0-9]*) uid= ;; esac',
         f'[ -z "$uid" ] || printf "{CANCEL_USER} %s %s\\n" "$uid" "$(getent passwd "$uid" | cut -d: -f1)"',
     ]
+    if accounting:
+        why = f"$({shlex.join(query)} 2>&1 >/dev/null | head -n 1)"
+        parts.append(f'[ -n "$state" ] || printf "{CANCEL_SACCT_ERROR} %s\\n" "{why}"')
     return "; ".join(parts)
 
 
-def build_submit_time(job_id: str, cluster: str | None = None) -> str:
-    """A job's submit time as "id|epoch seconds" lines, from sacct and from squeue (accounting may lag)."""
+def build_submit_time(job_id: str, cluster: str | None = None, *, accounting: bool = True) -> str:
+    """A job's submit time as "id|epoch seconds" lines, from sacct and from squeue (accounting may lag); from
+    squeue alone on a cluster without accounting."""
     job = validate_job_id(job_id)
     sacct = ["sacct", "-X", "--noheader", "--parsable2", *cluster_args(cluster), "-j", job, "-o", "JobID,Submit"]
     squeue = ["squeue", "-h", "-t", "all", *cluster_args(cluster), f"--jobs={job}", "-o", "%i|%V"]
-    return f"export SLURM_TIME_FORMAT=%s; {shlex.join(sacct)} 2>/dev/null; {shlex.join(squeue)} 2>/dev/null"
+    reads = [f"{shlex.join(sacct)} 2>/dev/null"] if accounting else []
+    return "; ".join(["export SLURM_TIME_FORMAT=%s", *reads, f"{shlex.join(squeue)} 2>/dev/null"])
+
+
+def build_scontrol_job(job_id: str, cluster: str | None = None) -> list[str]:
+    """``scontrol show job`` of one job, one line: its state and exit code while slurmctld keeps it (MinJobAge)."""
+    return ["scontrol", *cluster_args(cluster), "--oneliner", "show", "job", validate_job_id(job_id)]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -274,14 +274,19 @@ def parse_submit_time(stdout: str, job_id: str) -> float | None:
     return float(min(times)) if times else None
 
 
-def parse_cancel_origin(stdout: str) -> records.CancelOrigin:
-    """Read :func:`builders.build_cancel_origin` output."""
+def parse_cancel_origin(stdout: str, *, accounting: bool = True) -> records.CancelOrigin:
+    """Read :func:`builders.build_cancel_origin` output (built with the same ``accounting``)."""
     lines = stdout.split("\n")
     state = next((x[len(records.CANCEL_STATE) + 1 :].strip() for x in lines if x.startswith(records.CANCEL_STATE)), "")
     user_line = next((x.split(" ", 2)[1:] for x in lines if x.startswith(records.CANCEL_USER + " ")), [])
     uid = user_line[0] if user_line and user_line[0].isdigit() else None
     user = user_line[1].strip() if len(user_line) > 1 and user_line[1].strip() else None
-    return records.CancelOrigin(by_airflow=records.CANCEL_BY_AIRFLOW in lines, state=state, uid=uid, user=user)
+    by_airflow = records.CANCEL_BY_AIRFLOW in lines
+    if not accounting:
+        return records.CancelOrigin(by_airflow=by_airflow, state=state, accounting=False)
+    mark = records.CANCEL_SACCT_ERROR + " "
+    error = next((x[len(mark) :].strip() for x in lines if x.startswith(mark)), None)
+    return records.CancelOrigin(by_airflow=by_airflow, state=state, uid=uid, user=user, sacct_error=error or None)
 
 
 def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[records.LogChunk]:
@@ -358,6 +363,31 @@ def _scontrol_records(stdout: str, name_key: str, value_key: str, what: str) -> 
         if not name or value is None:
             raise NpaParseError(f"scontrol {what} line without {name_key}/{value_key}: {_quote_output(line)}")
         yield line, name, value
+
+
+def parse_scontrol_job(stdout: str) -> records.SlurmJobInfo | None:
+    """``scontrol --oneliner show job`` of one job (its first record); None when it printed none."""
+    line = next(_data_lines(stdout), None)
+    if line is None:
+        return None
+    job_id, state_text = _field(line, "JobId"), _field(line, "JobState")
+    if not job_id or not re.fullmatch(r"[0-9]+", job_id) or state_text is None:
+        raise NpaParseError(f"scontrol job line without JobId/JobState: {_quote_output(line)}")
+    native = normalize_native_state(state_text)
+    state = interpret_native_state(native)
+    exit_code, signal = parse_exit_code(_field(line, "ExitCode") or "") if state.is_terminal else (None, None)
+    name = re.search(r"(?:^|\s)JobName=(.*?)(?=\s+[A-Za-z/:]+=|$)", line)
+    return records.SlurmJobInfo(
+        job_id=job_id,
+        native_state=native,
+        state=state,
+        exit_code=exit_code,
+        signal=signal,
+        job_name=_none_if(name.group(1)) if name else None,
+        node_list=_none_if(_field(line, "NodeList") or "", "(null)"),
+        reason=_none_if(_field(line, "Reason") or "", "None"),
+        source="scontrol",
+    )
 
 
 def parse_scontrol_nodes(stdout: str) -> dict[str, records.NodeInfo]:

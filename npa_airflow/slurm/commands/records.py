@@ -33,6 +33,7 @@ BATCH_END = "NPA-BATCH-END"
 CANCEL_BY_AIRFLOW = "NPA_CANCEL_BY_AIRFLOW"
 CANCEL_STATE = "NPA_CANCEL_STATE"
 CANCEL_USER = "NPA_CANCEL_USER"
+CANCEL_SACCT_ERROR = "NPA_CANCEL_SACCT_ERROR"  # why sacct printed no state (e.g. accounting storage is disabled)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class SlurmJobInfo:
     job_name: str | None
     node_list: str | None
     reason: str | None
-    source: str  # "sacct" | "squeue"
+    source: str  # "sacct" | "squeue" | "scontrol" | "end_record" (a cluster without accounting)
     # Read by name lookups only: the job's comment (None: empty, or accounting does not store comments) and
     # Slurm's submit time (epoch seconds).
     comment: str | None = None
@@ -73,13 +74,20 @@ class CancelOrigin:
     """Who cancelled a job: Airflow (its marker exists), or the uid in sacct's "CANCELLED by <uid>"."""
 
     by_airflow: bool
-    state: str  # sacct's State, e.g. "CANCELLED by 0" ("" when accounting has no record)
+    state: str  # sacct's State, e.g. "CANCELLED by 0" ("" when accounting has no record); squeue's without it
     uid: str | None = None
     user: str | None = None
+    accounting: bool = True  # False: the cluster keeps no accounting, so no uid is recorded
+    sacct_error: str | None = None  # sacct's first error line when it printed no state
 
     def describe(self) -> str:
         if self.by_airflow:
             return "by Airflow"
+        if not self.accounting:
+            return (
+                f"outside Airflow (Slurm: {self.state or 'no longer known'}; this cluster keeps no accounting, so "
+                "who cancelled it is not recorded)"
+            )
         if self.uid is None:
             return f"outside Airflow (sacct: {self.state or 'no record'})"
         return f"outside Airflow by uid {self.uid}" + (f" ({self.user})" if self.user else "")

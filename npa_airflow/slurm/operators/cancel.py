@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from npa_airflow.common.retry import Backoff, Budget, retry
 from npa_airflow.exceptions import cluster_did_not_answer
+from npa_airflow.slurm.end_records import end_record_for
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.commands import CancelOrigin
@@ -98,10 +99,13 @@ class JobCancelMixin:
         killed); a failure is logged as an error, never as a cancel, and the report says so."""
         marker = marker_of(handle.script_path)
         shred = handle.secret_files
+        record = end_record_for(handle.results_dir)
         try:
             outcome = self._through_outage(
                 f"cancelling Slurm job {handle.job_id}",
-                lambda: hook.cancel(handle.job_id, job_name=handle.job_name, marker=marker, shred=shred),
+                lambda: hook.cancel(
+                    handle.job_id, job_name=handle.job_name, marker=marker, shred=shred, end_record=record
+                ),
                 seconds=ON_KILL_SECONDS if killed else None,
                 backoff=ON_KILL_BACKOFF if killed else OUTAGE_BACKOFF,
             )

@@ -106,13 +106,14 @@ class SlurmPreflightOperator(BaseOperator):
                 f"submitted:\n{lines}"
             )
         self.log.info(
-            "Preflight on %s passed: tools %s; Pyxis %s; Enroot %s; partitions %s; %d dataset path(s) present",
+            "Preflight on %s passed: tools %s; Pyxis %s; Enroot %s; partitions %s; %d dataset path(s) present; %s",
             host,
             ", ".join(sorted(report.tools)),
             report.pyxis,
             report.enroot,
             ", ".join(f"{n} (MaxTime {p.max_time_minutes} min)" for n, p in sorted(report.partitions.items())),
             len(request.dataset_paths),
+            report.accounting_mode,
         )
         return report.to_dict()
 

@@ -388,7 +388,7 @@ def test_a_deadline_cancel_that_fails_is_reported_and_leaves_the_task_retryable(
 
     hook = HookDouble()
 
-    def refuse(job_id, *, job_name=None, marker=None, shred=()):
+    def refuse(job_id, *, job_name=None, marker=None, shred=(), end_record=None):
         raise NpaCancelFailed("nothing was cancelled: slurmctld does not know Slurm job 101")
 
     hook.cancel = refuse
@@ -408,7 +408,7 @@ def test_an_unanswered_cancel_is_retried_before_it_counts_as_failed(monkeypatch)
     hook = HookDouble()
     answers = [NpaRemoteError("Unable to contact slurm controller"), "cancelled"]
 
-    def flaky(job_id, *, job_name=None, marker=None, shred=()):
+    def flaky(job_id, *, job_name=None, marker=None, shred=(), end_record=None):
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer

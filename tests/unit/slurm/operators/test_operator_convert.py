@@ -24,7 +24,15 @@ class RecordingHook:
         self.config = CFG
         self.cancelled: list[str] = []
 
-    def cancel(self, job_id: str, *, job_name: str | None = None, marker: str | None = None, shred=()) -> str:
+    def cancel(
+        self,
+        job_id: str,
+        *,
+        job_name: str | None = None,
+        marker: str | None = None,
+        shred=(),
+        end_record: str | None = None,
+    ) -> str:
         self.cancelled.append(job_id)
         return "cancelled"
 
