@@ -249,6 +249,7 @@ def _sacct_state(cluster_admin, job_id: str) -> str:
     return out[0] if out else ""
 
 
+@pytest.mark.accounting("stalls slurmdbd, which the bed without accounting does not run")
 def test_accounting_stalled_the_job_end_is_seen_from_squeue_within_a_poll(slurm_cluster, cluster_admin):
     """The job ends while slurmdbd cannot record it: sacct keeps saying RUNNING (or PENDING, if the start was not
     recorded yet either). The job's end record (its script's last write) makes the poller ask squeue, which knows
