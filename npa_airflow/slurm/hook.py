@@ -69,9 +69,6 @@ class SlurmHook(AsyncSlurmHook):
     def submit_time(self, job_id: str) -> float | None:
         return self._sync(self.asubmit_time(job_id))
 
-    def shred(self, paths: Sequence[str]) -> None:
-        self._sync(self.ashred(paths))
-
     def tail_logs(self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20) -> list[commands.LogChunk]:
         return self._sync(self.atail_logs(requests, max_bytes))
 
