@@ -27,10 +27,6 @@ class NpaHostKeyError(NpaConnectionError):
     """The login host presented a key that is not in known_hosts (or a changed one)."""
 
 
-class NpaProgramFailure(NpaError):
-    """The job's own program failed; retrying the same input will not help."""
-
-
 class NpaAmbiguousSubmission(NpaError):
     """sbatch may or may not have created a job, and reconciliation could not decide."""
 

@@ -50,10 +50,6 @@ class AdoptOrLaunchMixin:
         identity = (ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", None), int(ti.try_number or 1))
         return try_refs(identity, current_deployment(), self.cluster_name)
 
-    def cluster_for(self, context: Context) -> str:
-        """The cluster this try launches on: the pinned ``cluster_name``, else one named after the try."""
-        return self.try_refs(context)[-1].cluster
-
     def adopt_or_launch(self, hook: SkyPilotHook, context: Context, task: dict[str, Any], nodes: int) -> BurstJobHandle:
         """The launch this try waits for (adopted or new), pushed to XCom before any wait so a kill can find it."""
         from npa_airflow.burst.tries import legacy_try_refs, observe_tries, plan, upgraded_from

@@ -193,9 +193,10 @@ class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
         """Turn the wait's event into the task's outcome (the Slurm side's: a program failure is not retried)."""
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from npa_airflow.burst.watch import validate_event
+        from npa_airflow.burst.watch import event_handle, validate_event
 
-        status, handle, message = validate_event(event)
+        event = validate_event(event)
+        status, handle, message = event["status"], event_handle(event), str(event["message"])
         self._handle = handle
         context["ti"].xcom_push(key=XCOM_KEY, value=handle.to_dict())
         job = f"burst job {handle.name} on cluster {handle.cluster}"

@@ -105,10 +105,11 @@ class BurstJobSensor(BaseSensorOperator):
         return job_id
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        from npa_airflow.burst.watch import validate_event
+        from npa_airflow.burst.watch import event_handle, validate_event
         from npa_airflow.exceptions import NpaError
 
-        status, handle, message = validate_event(event)
+        event = validate_event(event)
+        status, handle, message = event["status"], event_handle(event), str(event["message"])
         if status != "success":
             raise NpaError(f"burst job {handle.name}: {message}")
         self.log.info("%s", message)

@@ -28,9 +28,10 @@ if TYPE_CHECKING:
     from npa_airflow.burst.hook import SkyPilotHook
     from npa_airflow.burst.joblog import XComLineCount
 
-ON_KILL_TIMEOUT = 25.0  # inside the triggerer's own bound ([triggerer] on_kill_timeout, 30 s)
+# inside the triggerer's own bound ([triggerer] on_kill_timeout, 30 s); deciding whether to cancel reads for up to
+# ownership.DECIDE_SECONDS of it, the rest submits the cancel
+ON_KILL_TIMEOUT = 25.0
 PUBLISH_WAIT_SECONDS = 5.0  # for the XCom write of the job id when the event is ready
-DECIDE_SECONDS = 10.0  # of which deciding whether to cancel may take this long (the rest submits the cancel)
 
 
 class BurstJobTrigger(BaseTrigger):
@@ -157,7 +158,7 @@ class BurstJobTrigger(BaseTrigger):
 
     async def _cancel_unless_moved(self) -> None:
         end = time.monotonic() + ON_KILL_TIMEOUT
-        verdict, why = await decide(self._observe_ownership, self._claim, bound=DECIDE_SECONDS)
+        verdict, why = await decide(self._observe_ownership, self._claim)
         if verdict is not Verdict.CANCEL:
             self.log.info("Not cancelling burst job %s (%s): %s", self._current.to_json(), verdict.value, why)
             return

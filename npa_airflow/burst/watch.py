@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.handle import BurstJobHandle
 from npa_airflow.burst.joblog import JobLog, JobLogFollower, LineCount, finish_job_log
+from npa_airflow.common import trigger_events
 from npa_airflow.common.remote_errors import skypilot_cluster_gone
 from npa_airflow.common.retry import Backoff, Budget, apause
 from npa_airflow.common.states import JobState
@@ -43,18 +44,18 @@ MAX_CONSECUTIVE_API_ERRORS = 5
 
 
 def make_event(status: str, handle: BurstJobHandle, message: str, native_state: str | None = None) -> dict[str, Any]:
-    if status not in EVENT_STATUSES:
-        raise ValueError(f"unknown burst event status {status!r}; expected one of {EVENT_STATUSES}")
-    return {"status": status, "handle": handle.to_dict(), "message": message, "native_state": native_state}
+    return trigger_events.make_event(
+        "burst", EVENT_STATUSES, status, handle.to_dict(), message, native_state=native_state
+    )
 
 
-def validate_event(event: Any) -> tuple[str, BurstJobHandle, str]:
-    if not isinstance(event, dict):
-        raise ValueError(f"burst trigger event must be a dict, got {type(event).__name__}: {event!r}")
-    missing = [k for k in ("status", "handle", "message") if k not in event]
-    if missing or event["status"] not in EVENT_STATUSES:
-        raise ValueError(f"malformed burst trigger event (missing {missing}, status {event.get('status')!r})")
-    return event["status"], BurstJobHandle.from_dict(event["handle"]), str(event["message"])
+def validate_event(event: Any) -> dict[str, Any]:
+    """Check an event before the operator acts on it (its handle: `event_handle`); a ValueError names what is wrong."""
+    return trigger_events.check_event(event, "burst", EVENT_STATUSES)
+
+
+def event_handle(event: dict[str, Any]) -> BurstJobHandle:
+    return BurstJobHandle.from_dict(event["handle"])
 
 
 async def _pump(lines: AsyncIterator[str], log: logging.Logger, prefix: str) -> None:

@@ -37,7 +37,7 @@ from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.retry import apause
 
 log = logging.getLogger(__name__)
-DECIDE_SECONDS = 12.0  # how long on_kill keeps reading before it leaves the job alone
+DECIDE_SECONDS = 12.0  # how long on_kill (Slurm's and Burst's) keeps reading before it leaves the job alone
 DECIDE_PAUSE = 1.0
 READ_TIMEOUT = 10.0
 DEFERRED = "deferred"

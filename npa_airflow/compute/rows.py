@@ -183,6 +183,13 @@ def _common(task: LiveTask, handle: Mapping[str, Any], now: float) -> dict[str, 
     }
 
 
+def _status_fields(status: JobStatus | None) -> dict[str, Any]:
+    """A row's state, native state and reason: UNKNOWN without an answer."""
+    if status is None:
+        return {"state": "UNKNOWN", "native_state": None, "reason": None}
+    return {"state": status.state, "native_state": status.native_state, "reason": status.reason}
+
+
 def slurm_row(
     task: LiveTask,
     status: JobStatus | None,
@@ -201,9 +208,7 @@ def slurm_row(
         kind=SLURM,
         cluster=slurm_cluster_label(handle, default_clusters),
         job=str(handle.get("job_id")),
-        state=status.state if status else "UNKNOWN",
-        native_state=status.native_state if status else None,
-        reason=status.reason if status else None,
+        **_status_fields(status),
         nodes=nodes,
         gpus=gpus,
         partition=partition,
@@ -235,9 +240,7 @@ def burst_row(task: LiveTask, status: JobStatus | None, now: float, job_url: str
         kind=BURST,
         cluster=str(handle.get("cluster")),
         job=f"{handle.get('cluster')}/{job_id if job_id is not None else '-'}",
-        state=status.state if status else "UNKNOWN",
-        native_state=status.native_state if status else None,
-        reason=status.reason if status else None,
+        **_status_fields(status),
         nodes=None,
         gpus=None,
         partition=None,
@@ -256,9 +259,7 @@ def untrusted_row(task: LiveTask, kind: str, why: str, now: float) -> ComputeRow
         kind=kind,
         cluster=UNTRUSTED_CLUSTER,
         job="?",
-        state="UNKNOWN",
-        native_state=None,
-        reason=None,
+        **_status_fields(None),
         nodes=None,
         gpus=None,
         partition=None,

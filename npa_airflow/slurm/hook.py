@@ -47,30 +47,17 @@ class SlurmHook(AsyncSlurmHook):
     def job_states(self, job_ids: Sequence[str]) -> dict[str, commands.SlurmJobInfo]:
         return self._sync(self.ajob_states(job_ids))
 
-    def cancel(
-        self,
-        job_id: str,
-        *,
-        job_name: str | None = None,
-        marker: str | None = None,
-        shred: Sequence[str] = (),
-        end_record: str | None = None,
-    ) -> str:
-        return self._sync(self.acancel(job_id, job_name=job_name, marker=marker, shred=shred, end_record=end_record))
+    def cancel(self, job_id: str, **kwargs: Any) -> str:
+        return self._sync(self.acancel(job_id, **kwargs))
 
-    def cancel_by_name(
-        self, job_name: str, *, comment: str, marker: str | None = None, shred: Sequence[str] = ()
-    ) -> None:
-        self._sync(self.acancel_by_name(job_name, comment=comment, marker=marker, shred=shred))
+    def cancel_by_name(self, job_name: str, **kwargs: Any) -> None:
+        self._sync(self.acancel_by_name(job_name, **kwargs))
 
     def cancel_origin(self, job_id: str, marker: str | None) -> commands.CancelOrigin:
         return self._sync(self.acancel_origin(job_id, marker))
 
     def submit_time(self, job_id: str) -> float | None:
         return self._sync(self.asubmit_time(job_id))
-
-    def shred(self, paths: Sequence[str]) -> None:
-        self._sync(self.ashred(paths))
 
     def tail_logs(self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20) -> list[commands.LogChunk]:
         return self._sync(self.atail_logs(requests, max_bytes))

@@ -2,30 +2,38 @@
 
 from __future__ import annotations
 
+import re
+
+from npa_airflow.common import log_lines
+
 MAX_PARTIAL_LINE = 64 * 1024  # a "line" longer than this is written out without waiting for its newline
+_NEWLINE = re.compile(rb"\n")
 
 
-class LineSplitter:
-    """Turns byte chunks of one file into complete lines; keeps a partial last line for the next chunk."""
+class LogFileLines:
+    """The lines of one log file from chunks read at known offsets, decoded; a partial last line waits for the next
+    chunk and is not `committed` (the offset persisted for a resumed trigger)."""
 
     def __init__(self, offset: int) -> None:
-        self.pending = b""
-        self.committed = offset  # end of the last line handed out
+        self._lines: log_lines.LineSplitter[bytes] = log_lines.LineSplitter(
+            _NEWLINE, offset=offset, max_partial=MAX_PARTIAL_LINE
+        )
+
+    @property
+    def committed(self) -> int:
+        return self._lines.committed
 
     def feed(self, data: bytes, end_offset: int) -> list[str]:
-        buf = self.pending + data
-        *lines, rest = buf.split(b"\n")
-        if len(rest) > MAX_PARTIAL_LINE:
-            lines.append(rest)
-            rest = b""
-        self.pending = rest
-        self.committed = end_offset - len(rest)
-        return [line.rstrip(b"\r").decode("utf-8", errors="replace") for line in lines]
+        return [_text(line) for line in self._lines.feed(data, end_offset)]
 
     def flush(self) -> list[str]:
         """At job end, a last line without a newline is complete."""
-        if not self.pending:
-            return []
-        line, self.pending = self.pending, b""
-        self.committed += len(line)
-        return [line.rstrip(b"\r").decode("utf-8", errors="replace")]
+        line = self._lines.take_partial()
+        return [_text(line)] if line else []
+
+
+def _text(line: bytes) -> str:
+    return line.rstrip(b"\r").decode("utf-8", errors="replace")
+
+
+LineSplitter = LogFileLines  # the name slurm/triggers.py still imports; LogFileLines once it imports that

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from npa_airflow.burst.client.protocol import strip_ansi, strip_control
+from npa_airflow.common.log_lines import LineSplitter
 
 # A line ends at \n, \r\n or a lone \r, as the server's reader splits the log; a \r at the end of a chunk waits
 # for the next chunk, which may start with its \n.
@@ -75,47 +76,21 @@ def _text_before_trailer(text: str) -> str:
     return re.sub(r"(\x1b\[[0-9;]*m)+$", "", before)
 
 
-class LineSplitter:
-    """Split streamed text into lines as the server does, holding back a line whose end has not arrived."""
-
-    def __init__(self) -> None:
-        self._pending = ""
-
-    def feed(self, text: str) -> list[str]:
-        """The lines ``text`` completes, without their line ends."""
-        data = self._pending + text
-        lines = []
-        start = 0
-        for end in _LINE_END.finditer(data):
-            lines.append(data[start : end.start()])
-            start = end.end()
-        self._pending = data[start:]
-        return lines
-
-    def finish(self) -> list[str]:
-        """At the end of the stream: the last line when it did end (a lone ``\\r``); a partial line is dropped."""
-        pending, self._pending = self._pending, ""
-        return [pending[:-1]] if pending.endswith("\r") else []
-
-    @property
-    def partial(self) -> str:
-        """Text received after the last complete line."""
-        return self._pending
-
-
 class LogStreamParser:
     """The lines of one ``/logs`` answer, classified, as its text arrives. With ``from_start`` (a ``tail=0`` read)
     lines before SkyPilot's first job-log line are the server's notes."""
 
     def __init__(self, from_start: bool = True) -> None:
-        self._lines = LineSplitter()
+        self._lines: LineSplitter[str] = LineSplitter(_LINE_END)
         self._started = not from_start
 
     def feed(self, text: str) -> list[StreamLine]:
         return [self._classify(raw) for raw in self._lines.feed(text)]
 
     def finish(self) -> list[StreamLine]:
-        return [self._classify(raw) for raw in self._lines.finish()]
+        """At the end of the stream: the last line when it did end (a lone ``\\r``); a partial line is dropped."""
+        partial = self._lines.take_partial()
+        return [self._classify(partial[:-1])] if partial.endswith("\r") else []
 
     def _classify(self, raw: str) -> StreamLine:
         line = classify_log_line(raw)

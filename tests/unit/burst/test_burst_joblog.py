@@ -13,7 +13,7 @@ import time
 import pytest
 
 from npa_airflow.burst import joblog
-from npa_airflow.burst.client.joblog import LineKind, LineSplitter, LogStreamParser, classify_log_line
+from npa_airflow.burst.client.joblog import LineKind, LogStreamParser, classify_log_line
 from npa_airflow.burst.joblog import JobLog, JobLogFollower, MemoryLineCount, line_count_value, parse_line_count
 
 TRAILER = "\x1b[0m\x1b[32m✓ Job finished (status: SUCCEEDED).\x1b[0m\x1b[0m"
@@ -23,14 +23,17 @@ MARK = "Waiting for task resources on 1 node.\n"  # SkyPilot's first line of eve
 
 
 def test_lines_end_at_newline_crlf_or_a_lone_cr_across_pieces():
-    split = LineSplitter()
-    assert split.feed("ab") == []
-    assert split.feed("c\nd\r") == ["abc"]
-    assert split.feed("\ne\rf\n\ng") == ["d", "e", "f", ""]
-    assert split.partial == "g"
-    assert split.finish() == []  # a partial line is not a line
-    split.feed("h\r")
-    assert split.finish() == ["h"]  # a lone \r at the end did end its line
+    parser = LogStreamParser(from_start=False)
+
+    def texts(lines):
+        return [line.text for line in lines]
+
+    assert texts(parser.feed("ab")) == []
+    assert texts(parser.feed("c\nd\r")) == ["abc"]
+    assert texts(parser.feed("\ne\rf\n\ng")) == ["d", "e", "f", ""]
+    assert texts(parser.finish()) == []  # a partial line is not a line
+    parser.feed("h\r")
+    assert texts(parser.finish()) == ["h"]  # a lone \r at the end did end its line
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from npa_airflow.burst.triggers import BurstJobTrigger
 from tests.harness.burst_doubles import burst_handle as handle
@@ -57,3 +58,20 @@ async def test_a_superseded_trigger_does_not_write_the_handle(monkeypatch):
     trigger._remember(handle(job_id=7))
     await trigger._publishing
     assert "burst_job" not in supervisor.xcoms
+
+
+async def test_on_kill_reads_for_the_shared_decide_bound_then_leaves_a_deferred_task_alone(monkeypatch, capsys):
+    """The same bound as the Slurm trigger's (common/ownership.py DECIDE_SECONDS): the trigger may have moved."""
+    from npa_airflow.common import ownership
+
+    monkeypatch.setattr(ownership, "DECIDE_SECONDS", 0.3)
+    monkeypatch.setattr(ownership, "DECIDE_PAUSE", 0.1)
+    trigger, supervisor = _waiting_trigger(monkeypatch, None)
+    hooks = []
+    monkeypatch.setattr(trigger, "_hook", lambda: hooks.append(1))
+    start = time.monotonic()
+    await trigger.on_kill()
+    assert time.monotonic() - start < 5, "the bound is the shared one, not a Burst one of its own"
+    assert hooks == [], "nothing is cancelled"
+    assert [type(m).__name__ for m in supervisor.asked].count("GetTaskStates") >= 2, "re-read before giving up"
+    assert "(undecided)" in capsys.readouterr().out  # the trigger's log

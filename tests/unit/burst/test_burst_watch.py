@@ -9,7 +9,7 @@ import pytest
 
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.hook import SkyPilotHook
-from npa_airflow.burst.watch import make_event, validate_event
+from npa_airflow.burst.watch import event_handle, make_event, validate_event
 from npa_airflow.exceptions import NpaConnectionError
 from tests.harness.burst_doubles import RID, ScriptedClient
 from tests.harness.burst_doubles import burst_handle as handle
@@ -19,11 +19,17 @@ LOG = logging.getLogger("test")
 
 def test_events_are_validated_before_use():
     event = make_event("success", handle(job_id=1), "done", "SUCCEEDED")
-    status, h, message = validate_event(event)
-    assert (status, h.job_id, message) == ("success", 1, "done")
-    with pytest.raises(ValueError, match="malformed"):
+    assert validate_event(event) is event  # the Slurm events' shape (common/trigger_events.py)
+    assert (event["status"], event_handle(event).job_id, event["message"]) == ("success", 1, "done")
+    with pytest.raises(ValueError, match="must be a dict"):
+        validate_event("success")
+    with pytest.raises(ValueError, match="lacks"):
+        validate_event({"status": "success", "handle": {}})
+    with pytest.raises(ValueError, match="unknown status 'weird'"):
         validate_event({"status": "weird", "handle": {}, "message": ""})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="lacks"):
+        event_handle({**event, "handle": {"cluster": "c"}})  # NpaValidationError, a ValueError
+    with pytest.raises(ValueError, match="unknown burst trigger event status"):
         make_event("weird", handle(), "x")
 
 

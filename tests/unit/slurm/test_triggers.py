@@ -16,7 +16,6 @@ import pytest
 from airflow.models.trigger import Trigger
 
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.log_lines import LineSplitter
 from npa_airflow.slurm.poller import get_poller, offsets_file_for, reset_pollers
 from npa_airflow.slurm.triggers import (
     SlurmJobTrigger,
@@ -117,16 +116,6 @@ def test_event_validation(tmp_path):
         validate_event({**good, "job_id": "43"})
     with pytest.raises(ValueError, match="unknown Slurm trigger event status"):
         make_event_payload("nope", handle, "x")
-
-
-def test_line_splitter_keeps_partial_lines_and_replaces_bad_utf8():
-    s = LineSplitter(offset=100)
-    assert s.feed(b"one\ntw", 106) == ["one"]
-    assert s.committed == 104  # the partial "tw" is not committed
-    assert s.feed(b"o\r\n\xff\xfebad\n", 115) == ["two", "\ufffd\ufffdbad"]
-    assert s.committed == 115
-    assert s.feed(b"tail-no-newline", 130) == []
-    assert s.flush() == ["tail-no-newline"] and s.committed == 130
 
 
 async def test_success_streams_lines_in_order_then_fires(tmp_path, double, caplog):
