@@ -293,6 +293,19 @@ def test_cancel_origin_reads_the_marker_the_uid_and_its_user(tmp_path):
     assert commands.parse_cancel_origin(by_airflow).by_airflow
 
 
+def test_the_marker_test_runs_its_command_only_when_the_marker_exists(tmp_path):
+    marker = tmp_path / "odd dir" / "job.sbatch.npa-cancelled"
+    command = commands.build_if_cancel_marker(str(marker), "echo seen")
+    assert shlex.quote(str(marker)) in command  # a path with a space stays one word
+    absent = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert (absent.returncode, absent.stdout) == (0, "")
+    marker.parent.mkdir()
+    subprocess.run(["bash", "-c", commands.build_record_cancel(str(marker))], check=True)
+    assert subprocess.run(["bash", "-c", command], capture_output=True, text=True).stdout == "seen\n"
+    with pytest.raises(NpaValidationError):
+        commands.build_if_cancel_marker("relative/marker", "echo seen")
+
+
 def test_submit_time_takes_slurms_record_of_that_job_only():
     out = "CLUSTER: b\n7|1796216400\n7_1|1796216000\n7|1796216401\n"
     assert commands.parse_submit_time(out, "7") == 1796216400.0
