@@ -415,25 +415,13 @@ class SlurmJobTrigger(BaseTrigger):
         """The wait ended with no poll update: the deadline passed (a subclass may stop waiting for its own reason)."""
         return await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
 
-    def _cancel_marker(self) -> str | None:
-        from npa_airflow.slurm.commands import cancel_marker_for
-
-        script = self.handle.get("script_path")
-        return cancel_marker_for(script) if script else None
-
     async def _cancel(self, why: str) -> str:
         """scancel the job (recording that Airflow did), retrying while the cluster does not answer.
 
         Returns what happened ("cancelled" or "ended"); raises when it could not cancel. Callers bound the time.
         """
         kills = self._poller().kills  # batched with the other triggers' cancels (a whole DAG run marked failed)
-        request = CancelRequest(
-            self.job_id,
-            self._cancel_marker(),
-            tuple(self.secret_files()),
-            job_name=self.handle.get("job_name"),
-            end_record=end_record_for(self.handle.get("results_dir")),
-        )
+        request = CancelRequest.for_handle(SlurmJobHandle.from_dict(self.handle))
 
         def again(exc: BaseException, delay: float) -> None:
             self.log.warning("Cancelling Slurm job %s failed (%s); retrying in %.0f s", self.job_id, exc, delay)
