@@ -1,5 +1,6 @@
 """The Slurm trigger's cancels: right away when the job can never finish in time (its deadline, a pending reason
-that never clears), and when a user ended the deferred task (`on_kill`). Mixed into `SlurmJobTrigger`.
+that never clears: cancel, then fire), and when a user ended the deferred task (`on_kill`). Mixed into
+`SlurmJobTrigger`.
 
 Both go through the cluster's poller (`kills`, `npa_airflow.slurm.kill_batch`), so that the cancels of many
 triggers of one cluster share one scancel; what is cancelled is `CancelRequest.for_handle` of the job's handle.
@@ -17,8 +18,11 @@ from npa_airflow.common.ownership import Claim, TaskView, Verdict, decide, read_
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import cluster_did_not_answer
 from npa_airflow.slurm.cancels import CancelRequest
+from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS
 
 if TYPE_CHECKING:
+    from airflow.triggers.base import TriggerEvent
+
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.poller import Registration, SlurmPoller
 
@@ -35,13 +39,28 @@ class TriggerCancelMixin:
     log: logging.Logger
     job_id: str
     cancel_on_kill: bool
-    _job: SlurmJobHandle
+    _job_handle: SlurmJobHandle
     _fired: bool
     _registration: Registration | None
     _claim: Claim | None
     _claim_file: str | None
     _poller: Callable[[], SlurmPoller]
     secret_files: Callable[[], tuple[str, ...]]
+    _fire: Callable[..., TriggerEvent]
+
+    async def _deadline_event(self, message: str) -> TriggerEvent:
+        """The deadline passed: cancel here, then fire."""
+        await self._cancel_here(message)
+        return self._fire("deadline", message)
+
+    async def _unsatisfiable_event(self, token: str, reason: str) -> TriggerEvent:
+        """PENDING on a reason that never clears: cancel here and tell the operator why and what to change."""
+        message = (
+            f"Slurm job {self.job_id} can never start: it is PENDING with Reason={reason} "
+            f"({NEVER_CLEARING_REASONS[token]})"
+        )
+        await self._cancel_here(message)
+        return self._fire("unsatisfiable", message, reason=reason, native_state="PENDING", state="PENDING")
 
     async def _cancel(self, why: str) -> str:
         """scancel the job (recording that Airflow did), retrying while the cluster does not answer.
@@ -49,7 +68,7 @@ class TriggerCancelMixin:
         Returns what happened ("cancelled" or "ended"); raises when it could not cancel. Callers bound the time.
         """
         kills = self._poller().kills  # batched with the other triggers' cancels (a whole DAG run marked failed)
-        request = CancelRequest.for_handle(self._job)
+        request = CancelRequest.for_handle(self._job_handle)
 
         def again(exc: BaseException, delay: float) -> None:
             self.log.warning("Cancelling Slurm job %s failed (%s); retrying in %.0f s", self.job_id, exc, delay)

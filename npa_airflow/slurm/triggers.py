@@ -21,7 +21,7 @@ from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
 from npa_airflow.slurm import without_accounting
 from npa_airflow.slurm.end_records import end_record_for
-from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
+from npa_airflow.slurm.fit import never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.log_lines import LineSplitter
 from npa_airflow.slurm.poller import (
@@ -81,7 +81,8 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         vanished_after: float = VANISHED_AFTER_SECONDS,
     ) -> None:
         super().__init__()
-        self._job = SlurmJobHandle.from_dict(handle)  # a handle from XCom or a trigger row: validated like a new one
+        # a handle from XCom or a trigger row is validated like a new one; the dict is what the trigger row keeps
+        self._job_handle = SlurmJobHandle.from_dict(handle)
         self.handle = handle
         self.conn_id = conn_id
         self.poll_interval = float(poll_interval)
@@ -101,8 +102,17 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         self._last_seen: tuple[JobState, str | None] | None = None  # state and pending reason last logged
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        names = ("handle", "conn_id", "poll_interval", "deadline", "require_marker", "stream_logs", "cancel_on_kill")
-        names += ("vanished_after", "secret_env")
+        names = (
+            "handle",
+            "conn_id",
+            "poll_interval",
+            "deadline",
+            "require_marker",
+            "stream_logs",
+            "cancel_on_kill",
+            "vanished_after",
+            "secret_env",
+        )
         return as_trigger_row(self, names)
 
     # -- paths -------------------------------------------------------------------------------------------
@@ -131,7 +141,7 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
 
     def secret_files(self) -> tuple[str, ...]:
         """The job's secrets sidecar, removed once the job has ended for good (by the poller, or with a cancel)."""
-        return self._job.secret_files
+        return self._job_handle.secret_files
 
     def marker_path(self) -> str | None:
         if not self.require_marker:
@@ -261,15 +271,6 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         why = f", reason {reason}" if reason else ""
         self.log.info("Slurm job %s is %s (%s%s)", self.job_id, info.native_state, update.state.value, why)
 
-    async def _unsatisfiable_event(self, token: str, reason: str) -> TriggerEvent:
-        """PENDING on a reason that never clears: cancel here and tell the operator why and what to change."""
-        message = (
-            f"Slurm job {self.job_id} can never start: it is PENDING with Reason={reason} "
-            f"({NEVER_CLEARING_REASONS[token]})"
-        )
-        await self._cancel_here(message)
-        return self._fire("unsatisfiable", message, reason=reason, native_state="PENDING", state="PENDING")
-
     def _vanished_event(self, absent_for: float) -> TriggerEvent:
         seen = f", last seen {self._last_seen[0].value}" if self._last_seen else ", never seen by this wait"
         message = (
@@ -388,10 +389,6 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
     async def _event_without_update(self) -> TriggerEvent:
         """The wait ended with no poll update: the deadline passed (a subclass may stop waiting for its own reason)."""
         return await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
-
-    async def _deadline_event(self, message: str) -> TriggerEvent:
-        await self._cancel_here(message)
-        return self._fire("deadline", message)
 
     def _fire(self, status: str, message: str, **extra: Any) -> TriggerEvent:
         self._fired = True
