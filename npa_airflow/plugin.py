@@ -105,8 +105,6 @@ def slurm_cancel(task_instance: Any, raw: Any) -> Any:
     """The cancel of the task instance's Slurm job (a coroutine), or None when its handle is not its own."""
     from npa_airflow.common.deployment import current_deployment
     from npa_airflow.slurm.cancels import CancelRequest
-    from npa_airflow.slurm.end_records import end_record_for
-    from npa_airflow.slurm.operators.cancel import marker_of
     from npa_airflow.trusted_jobs import Distrust, dropped_paths, task_settings, trusted_slurm_handle
 
     settings = task_settings(task_instance.dag_version_id, task_instance.task_id, CONN_ATTRS[SLURM_KEY])
@@ -125,14 +123,7 @@ def slurm_cancel(task_instance: Any, raw: Any) -> Any:
             _named(task_instance),
             dropped,
         )
-    request = CancelRequest(
-        job.job_id,
-        marker_of(job.script_path),
-        job.secret_files,
-        job_name=job.job_name,
-        end_record=end_record_for(job.results_dir),
-    )
-    return _cancel_slurm(job, request)
+    return _cancel_slurm(job, CancelRequest.for_handle(job))
 
 
 async def _cancel_slurm(job: Any, request: Any) -> None:

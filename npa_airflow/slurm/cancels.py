@@ -1,8 +1,10 @@
 """Cancelling Slurm jobs so that a cancel is reported only when it happened. Mixed into `AsyncSlurmHook`.
 
-Every cancel Airflow makes can first create the job's cancel marker (`commands.cancel_marker_for`): a later try
-tells Airflow's cancels from anyone else's by it, and a submission still in flight cancels its own job when it
-finds it (`npa_airflow.slurm.staging`).
+Every cancel Airflow makes can first create the job's cancel marker (`cancel_marker_of`): a later try tells
+Airflow's cancels from anyone else's by it, and a submission still in flight cancels its own job when it finds it
+(`npa_airflow.slurm.staging`). What a cancel acts on (`CancelRequest`: the marker, the secret files to shred, the
+end record, the job name to check the id against) is derived here, from the job's handle, for every entry point:
+the operator, the trigger (its deadline and on_kill) and the API server's listener.
 
 scancel of Slurm 22.05 exits 0, silently, for a job id slurmctld does not know (another cluster's, or one purged
 MinJobAge after it ended), and other versions say "Invalid job id specified". Neither proves anything, so a
@@ -20,9 +22,11 @@ from npa_airflow.common.remote_errors import scancel_nothing_to_cancel, slurmctl
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaCancelFailed, NpaRemoteError
 from npa_airflow.slurm import commands
+from npa_airflow.slurm.end_records import end_record_for
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.connection import SlurmConnectionConfig
+    from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.ssh import CommandResult
 
 CANCELLED = "cancelled"  # slurmctld took the cancel (or the job was already cancelled)
@@ -42,6 +46,38 @@ class CancelRequest:
     shred: tuple[str, ...] = ()
     job_name: str | None = None
     end_record: str | None = None  # the job's end record: shows it ended where there is no accounting
+
+    @classmethod
+    def for_handle(cls, handle: SlurmJobHandle) -> CancelRequest:
+        """The cancel of a submitted job: its marker, its sidecar, its end record, and its id checked against its
+        name."""
+        return cls.for_job(
+            handle.job_id,
+            handle.job_name,
+            script_path=handle.script_path,
+            shred=handle.secret_files,
+            results_dir=handle.results_dir,
+        )
+
+    @classmethod
+    def for_job(
+        cls,
+        job_id: str,
+        job_name: str | None,
+        *,
+        script_path: str | None,
+        shred: Sequence[str] = (),
+        results_dir: str | None = None,
+    ) -> CancelRequest:
+        """The cancel of ``job_id``, submitted from ``script_path``; with ``results_dir``, its end record is looked
+        for where the cluster keeps no accounting."""
+        return cls(job_id, cancel_marker_of(script_path), tuple(shred), job_name, end_record_for(results_dir))
+
+
+def cancel_marker_of(script_path: str | None) -> str | None:
+    """Airflow's cancel marker of the job submitted from ``script_path`` (None: its script, so its marker, is not
+    known)."""
+    return commands.cancel_marker_for(script_path) if script_path else None
 
 
 def _not_this_job(request: CancelRequest, why: str) -> NpaCancelFailed:
@@ -112,7 +148,10 @@ class CancelCommands:
         show it finished (a wrong job id or cluster). ``end_record``: the job's end record, which shows that it
         finished on a cluster without accounting.
         """
-        request = CancelRequest(job_id, marker, tuple(shred), job_name, end_record)
+        return await self.acancel_one(CancelRequest(job_id, marker, tuple(shred), job_name, end_record))
+
+    async def acancel_one(self, request: CancelRequest) -> str:
+        """:meth:`acancel` of one :class:`CancelRequest`: CANCELLED or ENDED, else it raises."""
         outcome = (await self.acancel_many([request]))[request]
         if isinstance(outcome, Exception):
             raise outcome

@@ -8,13 +8,16 @@ method runs its async twin on one private background loop, so a worker's calls s
 from __future__ import annotations
 
 from collections.abc import Collection, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from npa_airflow.common.background_loop import run_sync
 from npa_airflow.slurm import commands
 from npa_airflow.slurm.async_hook import AsyncSlurmHook
 from npa_airflow.slurm.ssh import MAX_CHANNELS_PER_CONNECTION, CommandResult
 from npa_airflow.slurm.staging import StagedFile
+
+if TYPE_CHECKING:
+    from npa_airflow.slurm.cancels import CancelRequest
 
 __all__ = ["MAX_CHANNELS_PER_CONNECTION", "CommandResult", "SlurmHook"]
 
@@ -49,6 +52,9 @@ class SlurmHook(AsyncSlurmHook):
 
     def cancel(self, job_id: str, **kwargs: Any) -> str:
         return self._sync(self.acancel(job_id, **kwargs))
+
+    def cancel_one(self, request: CancelRequest) -> str:
+        return self._sync(self.acancel_one(request))
 
     def cancel_by_name(self, job_name: str, **kwargs: Any) -> None:
         self._sync(self.acancel_by_name(job_name, **kwargs))

@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from npa_airflow.exceptions import NpaParseError
-from npa_airflow.slurm.commands.builders import build_sbatch_submit, build_shred_files, cancel_marker_for
+from npa_airflow.slurm.commands.builders import (
+    build_if_cancel_marker,
+    build_sbatch_submit,
+    build_shred_files,
+    cancel_marker_for,
+)
 from npa_airflow.slurm.commands.validation import validate_remote_path
 
 EXIT_MISSING_INPUTS = 3
@@ -110,10 +115,10 @@ def build_stage_and_submit(
     argv = build_sbatch_submit(script_path, sbatch_args, cluster)
     submit = [f"printf '{SBATCH_BEGIN}\\n'", f"out=$({shlex.join(argv)}); rc=$?"]
     if cancel_by_name is not None:
-        marker = shlex.quote(cancel_marker_for(script_path))
+        marker = cancel_marker_for(script_path)
         shred = f"{build_shred_files(secret_files)}; " if secret_files else ""
-        submit.insert(0, f"[ ! -e {marker} ] || {{ {shred}exit {EXIT_CANCELLED_BEFORE_SBATCH}; }}")
-        submit.append(f"[ ! -e {marker} ] || {{ ( {cancel_by_name} ) >/dev/null 2>&1; {shred}}}")
+        submit.insert(0, build_if_cancel_marker(marker, f"{{ {shred}exit {EXIT_CANCELLED_BEFORE_SBATCH}; }}"))
+        submit.append(build_if_cancel_marker(marker, f"{{ ( {cancel_by_name} ) >/dev/null 2>&1; {shred}}}"))
     submit += ['printf %s "$out"', f"printf '\\n{SBATCH_RC_PREFIX}%s\\n' \"$rc\""]
     return command + "\n" + "\n".join(submit), stdin
 

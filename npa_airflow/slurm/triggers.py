@@ -8,32 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from npa_airflow.common.links import SLURM_TRY_XCOM_KEY
-from npa_airflow.common.ownership import (
-    Claim,
-    TaskView,
-    Verdict,
-    decide,
-    read_task_view,
-    shielded,
-    warm_task_reads,
-)
+from npa_airflow.common.ownership import Claim, warm_task_reads
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.common.secret_masking import redact_text
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
-from npa_airflow.exceptions import cluster_did_not_answer
 from npa_airflow.slurm import without_accounting
-from npa_airflow.slurm.cancels import CancelRequest
 from npa_airflow.slurm.end_records import end_record_for
-from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS, never_clearing_reason
+from npa_airflow.slurm.fit import never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.log_lines import LineSplitter
 from npa_airflow.slurm.poller import (
@@ -45,6 +33,7 @@ from npa_airflow.slurm.poller import (
     offsets_file_for,
 )
 from npa_airflow.slurm.secret_env import amask_secret_env, validate_secret_env
+from npa_airflow.slurm.trigger_cancel import TriggerCancelMixin
 
 # Re-exported: operators, sensors and tests import the event helpers from here.
 from npa_airflow.slurm.trigger_events import EVENT_STATUSES as EVENT_STATUSES
@@ -52,18 +41,13 @@ from npa_airflow.slurm.trigger_events import make_event_payload as make_event_pa
 from npa_airflow.slurm.trigger_events import validate_event as validate_event
 
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
-module_log = logging.getLogger(__name__)  # on_kill's lines reach the triggerer's own log
-DEADLINE_CANCEL_TIMEOUT = 30.0
-ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([triggerer] on_kill_timeout)
-CLAIM_READ_TIMEOUT = 10.0
-CANCEL_BACKOFF = Backoff(base=1.0, cap=8.0, jitter=0.5)  # between scancel attempts, inside the timeouts above
 # A job that sacct and squeue both answer they do not know, for this long in a row, is lost: the wait ends.
 VANISHED_AFTER_SECONDS = 600.0
 # Between checks of the success marker: 2, 4, 8, ... 60 s, until the deadline.
 MARKER_CHECK_BACKOFF = Backoff(base=2.0, cap=60.0, jitter=0.0)
 
 
-class SlurmJobTrigger(BaseTrigger):
+class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
     """Fire one event when Slurm job `handle["job_id"]` ends, or when `deadline` (epoch seconds) passes.
 
     :param handle: the job handle dict (`SlurmJobHandle.to_dict()`).
@@ -97,7 +81,8 @@ class SlurmJobTrigger(BaseTrigger):
         vanished_after: float = VANISHED_AFTER_SECONDS,
     ) -> None:
         super().__init__()
-        SlurmJobHandle.from_dict(handle)  # a handle from XCom or a trigger row is validated like a new one
+        # a handle from XCom or a trigger row is validated like a new one; the dict is what the trigger row keeps
+        self._job_handle = SlurmJobHandle.from_dict(handle)
         self.handle = handle
         self.conn_id = conn_id
         self.poll_interval = float(poll_interval)
@@ -156,8 +141,7 @@ class SlurmJobTrigger(BaseTrigger):
 
     def secret_files(self) -> tuple[str, ...]:
         """The job's secrets sidecar, removed once the job has ended for good (by the poller, or with a cancel)."""
-        env_file = self.handle.get("env_file")
-        return (env_file,) if env_file else ()
+        return self._job_handle.secret_files
 
     def marker_path(self) -> str | None:
         if not self.require_marker:
@@ -287,15 +271,6 @@ class SlurmJobTrigger(BaseTrigger):
         why = f", reason {reason}" if reason else ""
         self.log.info("Slurm job %s is %s (%s%s)", self.job_id, info.native_state, update.state.value, why)
 
-    async def _unsatisfiable_event(self, token: str, reason: str) -> TriggerEvent:
-        """PENDING on a reason that never clears: cancel here and tell the operator why and what to change."""
-        message = (
-            f"Slurm job {self.job_id} can never start: it is PENDING with Reason={reason} "
-            f"({NEVER_CLEARING_REASONS[token]})"
-        )
-        await self._cancel_here(message)
-        return self._fire("unsatisfiable", message, reason=reason, native_state="PENDING", state="PENDING")
-
     def _vanished_event(self, absent_for: float) -> TriggerEvent:
         seen = f", last seen {self._last_seen[0].value}" if self._last_seen else ", never seen by this wait"
         message = (
@@ -415,112 +390,7 @@ class SlurmJobTrigger(BaseTrigger):
         """The wait ended with no poll update: the deadline passed (a subclass may stop waiting for its own reason)."""
         return await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
 
-    def _cancel_marker(self) -> str | None:
-        from npa_airflow.slurm.commands import cancel_marker_for
-
-        script = self.handle.get("script_path")
-        return cancel_marker_for(script) if script else None
-
-    async def _cancel(self, why: str) -> str:
-        """scancel the job (recording that Airflow did), retrying while the cluster does not answer.
-
-        Returns what happened ("cancelled" or "ended"); raises when it could not cancel. Callers bound the time.
-        """
-        kills = self._poller().kills  # batched with the other triggers' cancels (a whole DAG run marked failed)
-        request = CancelRequest(
-            self.job_id,
-            self._cancel_marker(),
-            tuple(self.secret_files()),
-            job_name=self.handle.get("job_name"),
-            end_record=end_record_for(self.handle.get("results_dir")),
-        )
-
-        def again(exc: BaseException, delay: float) -> None:
-            self.log.warning("Cancelling Slurm job %s failed (%s); retrying in %.0f s", self.job_id, exc, delay)
-
-        outcome: str = await aretry(
-            lambda: kills.cancel(request),
-            transient=cluster_did_not_answer,
-            backoff=CANCEL_BACKOFF,
-            budget=Budget(),
-            on_retry=again,
-        )
-        if outcome == "ended":
-            self.log.info("Slurm job %s had already ended: nothing to cancel (%s)", self.job_id, why)
-        else:
-            self.log.info("Cancelled Slurm job %s: %s", self.job_id, why)
-        return outcome
-
-    async def _cancel_here(self, why: str) -> None:
-        """Cancel the job right here (the task may take a while to resume on a worker).
-
-        Bounded: the operator cancels again when it resumes (and reports a cancel that failed), and scancel is
-        idempotent.
-        """
-        try:
-            await asyncio.wait_for(self._cancel(why), DEADLINE_CANCEL_TIMEOUT)
-        except Exception as exc:
-            self.log.warning("Could not cancel Slurm job %s (%s): %s; the task will try again", self.job_id, why, exc)
-
-    async def _deadline_event(self, message: str) -> TriggerEvent:
-        await self._cancel_here(message)
-        return self._fire("deadline", message)
-
     def _fire(self, status: str, message: str, **extra: Any) -> TriggerEvent:
         self._fired = True
         payload = make_event_payload(status, self.handle, message, log_offsets=dict(self.log_offsets), **extra)
         return TriggerEvent(payload)
-
-    # -- user kill ---------------------------------------------------------------------------------------
-
-    async def on_kill(self) -> None:
-        """Cancel the job when a user ended the deferred task (mark failed/success, clear, run failed).
-
-        Airflow 3.3.2 also calls this when the trigger only moved to another triggerer, so the message is not
-        trusted: `npa_airflow.common.ownership` decides from the task instance's state and the job's claim.
-        Idempotent and bounded (ON_KILL_TIMEOUT, inside the triggerer's own limit); logs, never raises.
-        """
-        if self._fired or not self.cancel_on_kill:
-            return
-        try:
-            await shielded(asyncio.wait_for(self._cancel_unless_moved(), ON_KILL_TIMEOUT))
-        except Exception as exc:  # TimeoutError included
-            self.log.error("Could not cancel Slurm job %s: %s", self.job_id, exc or type(exc).__name__)
-
-    async def _observe_ownership(self) -> tuple[Claim | None, TaskView | None]:
-        current = None
-        if self._claim_file:
-            try:
-                claim_read = self._poller().kills.read_claim(self._claim_file)
-                current = await asyncio.wait_for(claim_read, CLAIM_READ_TIMEOUT)
-            except Exception as exc:
-                module_log.warning("Could not read the claim on Slurm job %s (%s)", self.job_id, exc)
-        return current, await read_task_view(getattr(self, "task_instance", None), try_key=SLURM_TRY_XCOM_KEY)
-
-    async def _cancel_unless_moved(self) -> None:
-        reg = self._registration
-        if reg is not None and reg.superseded:
-            verdict, why = Verdict.MOVED, f"{reg.superseded_by} has claimed the job"
-        else:
-            verdict, why = await decide(self._observe_ownership, self._claim)
-        if verdict is not Verdict.CANCEL:
-            message = "Not cancelling Slurm job %s on this trigger's cancellation (%s): %s"
-            self.log.info(message, self.job_id, verdict.value, why)
-            module_log.warning(message, self.job_id, verdict.value, why)
-            return
-        poller = self._poller()
-        try:
-            info = await poller.kills.job_state(self.job_id)
-        except Exception as exc:  # cancel anyway: scancel of a job that already ended is harmless
-            module_log.warning("Could not read Slurm job %s before cancelling (%s)", self.job_id, exc)
-            info = None
-        if info is not None and info.state.is_terminal:
-            self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
-            try:
-                await poller.kills.shred(self.secret_files())
-            except Exception as exc:  # best effort, like the cancel itself
-                module_log.warning("Could not remove the secret files of Slurm job %s (%s)", self.job_id, exc)
-            return
-        self.log.info("Cancelling Slurm job %s: %s", self.job_id, why)
-        outcome = await self._cancel(why)
-        module_log.info("Slurm job %s: %s (%s)", self.job_id, outcome, why)

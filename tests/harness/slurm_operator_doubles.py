@@ -84,13 +84,13 @@ class HookDouble:
         self.calls.append(("find", tuple(names)))
         return [j for j in self.existing if j.job_name in names]
 
-    def cancel(self, job_id, *, job_name=None, marker=None, shred=(), end_record=None):
-        self.calls.append(("cancel", job_id))
-        self.cancel_names[job_id] = job_name
-        if shred:
-            self.calls.append(("shred", tuple(shred)))
-        if marker:
-            self.cancelled_by_airflow.add(job_id)
+    def cancel_one(self, request):
+        self.calls.append(("cancel", request.job_id))
+        self.cancel_names[request.job_id] = request.job_name
+        if request.shred:
+            self.calls.append(("shred", request.shred))
+        if request.marker:
+            self.cancelled_by_airflow.add(request.job_id)
         return "cancelled"
 
     def cancel_by_name(self, job_name, *, comment, marker=None, shred=()):

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from npa_airflow.slurm.cancels import cancel_marker_of
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.poller import reset_pollers
 from tests.harness.airflow_tasks import collecting_logger, submit_deferred, task_context
@@ -169,7 +170,8 @@ def test_on_kill_cancels_the_job_and_the_cancel_is_airflows(slurm_cluster, clust
 
     asyncio.run(scenario())
     assert cluster_ssh(f"squeue -h -t all -o %T --jobs={job_id}", check=True).stdout.strip() == "CANCELLED"
-    origin = SlurmHook("slurm_default").cancel_origin(job_id, trigger._cancel_marker())
+    marker = cancel_marker_of(trigger.handle.get("script_path"))
+    origin = SlurmHook("slurm_default").cancel_origin(job_id, marker)
     assert origin.by_airflow and not origin.accounting
 
 

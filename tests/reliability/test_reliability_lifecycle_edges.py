@@ -107,7 +107,9 @@ def wait_for_state(slurm_cluster, cluster_ssh, job_id: str, prefix: str, timeout
     """The job's state once it starts with `prefix` (or at the timeout): sacct's (CANCELLED by <uid>), or
     slurmctld's on the bed without accounting (CANCELLED, no uid)."""
     deadline = time.monotonic() + timeout
-    query = f"sacct -X -n -P -j {job_id} -o State" if slurm_cluster.accounting else f"squeue -h -t all -j {job_id} -o %T"
+    query = (
+        f"sacct -X -n -P -j {job_id} -o State" if slurm_cluster.accounting else f"squeue -h -t all -j {job_id} -o %T"
+    )
     while True:
         out = cluster_ssh(query, check=True).stdout.strip()
         if out.startswith(prefix) or time.monotonic() > deadline:

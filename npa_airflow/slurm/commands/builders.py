@@ -201,6 +201,12 @@ def cancel_marker_for(script_path: str) -> str:
     return validate_remote_path(script_path, "script path") + CANCEL_MARKER_SUFFIX
 
 
+def build_if_cancel_marker(marker: str, command: str) -> str:
+    """Shell that runs ``command`` (shell) only when Airflow's cancel ``marker`` exists; a missing marker is no
+    failure, so the line's status is ``command``'s or 0."""
+    return f"[ ! -e {shlex.quote(validate_remote_path(marker, 'cancel marker'))} ] || {command}"
+
+
 def build_record_cancel(marker: str) -> str:
     """Silent fragment that creates ``marker`` (and its directory); it never fails, so what follows always runs."""
     path = validate_remote_path(marker, "cancel marker")
@@ -222,8 +228,7 @@ def build_cancel_origin(job_id: str, marker: str | None, cluster: str | None = N
         query = ["squeue", "-h", "-t", "all", *cluster_args(cluster), f"--jobs={job}", "-o", "%T"]
     parts = []
     if marker is not None:
-        quoted = shlex.quote(validate_remote_path(marker, "cancel marker"))
-        parts.append(f"[ ! -e {quoted} ] || echo {CANCEL_BY_AIRFLOW}")
+        parts.append(build_if_cancel_marker(marker, f"echo {CANCEL_BY_AIRFLOW}"))
     parts += [
         f"state=$({shlex.join(query)} 2>/dev/null | head -n 1)",
         f'printf "{CANCEL_STATE} %s\\n" "$state"',

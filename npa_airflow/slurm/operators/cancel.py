@@ -2,7 +2,7 @@
 and done even when the task is killed while sbatch, or the reconciliation of an ambiguous submission, is still
 in flight. Mixed into `SlurmJobOperatorBase` (with the cluster calls that ride out a short outage).
 
-Every cancel creates Airflow's cancel marker of the job first (`commands.cancel_marker_for`). A job found
+Every cancel creates Airflow's cancel marker of the job first (`cancels.cancel_marker_of`). A job found
 cancelled without it was cancelled outside Airflow: the task fails naming who, and writes the marker then, so
 that clearing the task runs it again.
 """
@@ -10,12 +10,12 @@ that clearing the task runs it again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from npa_airflow.common.retry import Backoff, Budget, retry
 from npa_airflow.exceptions import cluster_did_not_answer
-from npa_airflow.slurm.end_records import end_record_for
+from npa_airflow.slurm.cancels import CancelRequest, cancel_marker_of
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.commands import CancelOrigin
@@ -36,12 +36,6 @@ class CancelReport(NamedTuple):
 
     done: bool
     says: str
-
-
-def marker_of(script_path: str | None) -> str | None:
-    from npa_airflow.slurm.commands import cancel_marker_for
-
-    return cancel_marker_for(script_path) if script_path else None
 
 
 class JobCancelMixin:
@@ -75,37 +69,21 @@ class JobCancelMixin:
         """Run a read-only hook call through a short outage (better than burning a retry)."""
         return self._through_outage(what, lambda: call(*args, **kwargs))
 
-    def cancel_through_outage(
-        self,
-        hook: SlurmHook,
-        job_id: str,
-        job_name: str | None,
-        what: str,
-        script_path: str | None = None,
-        *,
-        shred: Sequence[str] = (),
-    ) -> str:
-        """scancel `job_id`, the job named `job_name` (recording that Airflow did), riding out a short outage;
-        raises when it could not.
-
-        `shred`: the job's secret files, removed with the cancel (a cancelled job never runs again)."""
-        marker = marker_of(script_path)
-        return self._through_outage(what, lambda: hook.cancel(job_id, job_name=job_name, marker=marker, shred=shred))
+    def cancel_through_outage(self, hook: SlurmHook, request: CancelRequest, what: str) -> str:
+        """scancel the job of `request` (recording that Airflow did), riding out a short outage; raises when it
+        could not."""
+        return self._through_outage(what, lambda: hook.cancel_one(request))
 
     # -- cancel the job of a handle -----------------------------------------------------------------------
 
     def _cancel_job(self, hook: SlurmHook, handle: SlurmJobHandle, why: str, *, killed: bool = False) -> CancelReport:
         """scancel the job, retrying while the cluster does not answer (for ON_KILL_SECONDS when the task is being
         killed); a failure is logged as an error, never as a cancel, and the report says so."""
-        marker = marker_of(handle.script_path)
-        shred = handle.secret_files
-        record = end_record_for(handle.results_dir)
+        request = CancelRequest.for_handle(handle)
         try:
             outcome = self._through_outage(
                 f"cancelling Slurm job {handle.job_id}",
-                lambda: hook.cancel(
-                    handle.job_id, job_name=handle.job_name, marker=marker, shred=shred, end_record=record
-                ),
+                lambda: hook.cancel_one(request),
                 seconds=ON_KILL_SECONDS if killed else None,
                 backoff=ON_KILL_BACKOFF if killed else OUTAGE_BACKOFF,
             )
@@ -147,7 +125,9 @@ class JobCancelMixin:
         try:
             self._through_outage(
                 f"cancelling Slurm jobs named {name}",
-                lambda: hook.cancel_by_name(name, comment=comment, marker=marker_of(job.script_path), shred=shred),
+                lambda: hook.cancel_by_name(
+                    name, comment=comment, marker=cancel_marker_of(job.script_path), shred=shred
+                ),
                 seconds=ON_KILL_SECONDS,
                 backoff=ON_KILL_BACKOFF,
             )
@@ -189,13 +169,13 @@ class JobCancelMixin:
         job = f"Slurm job {job_id} ({job_name}){whose}"
         try:
             origin: CancelOrigin = self.cluster_read(
-                "reading who cancelled", hook.cancel_origin, job_id, marker_of(script_path)
+                "reading who cancelled", hook.cancel_origin, job_id, cancel_marker_of(script_path)
             )
         except Exception as exc:
             raise AirflowException(f"{job} was cancelled, and who cancelled it could not be read: {exc}") from exc
         if origin.by_airflow:
             return
-        marker = marker_of(script_path)
+        marker = cancel_marker_of(script_path)
         if marker is not None:
             from npa_airflow.slurm.commands import build_record_cancel
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from npa_airflow.common.retry import pause
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
+from npa_airflow.slurm.cancels import CancelRequest
 from npa_airflow.slurm.job_owners import TryNames, describe_foreign, sort_by_owner
 from npa_airflow.slurm.operators.job import PreparedJob, handle_for
 
@@ -75,9 +76,10 @@ class AdoptOrSubmitMixin:
                 "Cancelling Slurm job %s (%s) of an earlier try (on_previous_try='cancel')", j.job_id, j.job_name
             )
             earlier = self._prepared_for(job, j.job_name)
-            self.cancel_through_outage(
-                hook, j.job_id, j.job_name, "cancelling an earlier try", earlier.script_path, shred=earlier.secret_files
+            request = CancelRequest.for_job(
+                j.job_id, j.job_name, script_path=earlier.script_path, shred=earlier.secret_files
             )
+            self.cancel_through_outage(hook, request, "cancelling an earlier try")
 
         retry_of = previous[-1].job_id if previous else None
         return self._submit(hook, job, try_number, retry_of)
@@ -127,9 +129,10 @@ class AdoptOrSubmitMixin:
             duplicate = self._prepared_for(job, extra.job_name)
             # A duplicate of the same name shares the kept job's sidecar: that one stays.
             shred = duplicate.secret_files if extra.job_name != keep.job_name else ()
-            self.cancel_through_outage(
-                hook, extra.job_id, extra.job_name, "cancelling a duplicate", duplicate.script_path, shred=shred
+            request = CancelRequest.for_job(
+                extra.job_id, extra.job_name, script_path=duplicate.script_path, shred=shred
             )
+            self.cancel_through_outage(hook, request, "cancelling a duplicate")
         self.log.info(
             "Reattaching to Slurm job %s (%s) of an earlier try instead of submitting a new one",
             keep.job_id,
@@ -206,9 +209,8 @@ class AdoptOrSubmitMixin:
         if len(ids) > 1:
             for job_id in ids:
                 shred = job.secret_files if job_id == ids[-1] else ()  # they share one sidecar
-                self.cancel_through_outage(
-                    hook, job_id, job.job_name, "cancelling a duplicate", job.script_path, shred=shred
-                )
+                request = CancelRequest.for_job(job_id, job.job_name, script_path=job.script_path, shred=shred)
+                self.cancel_through_outage(hook, request, "cancelling a duplicate")
             raise NpaAmbiguousSubmission(
                 f"{len(ids)} Slurm jobs are named {job.job_name} ({', '.join(ids)}); all were cancelled so no "
                 "duplicate keeps running. Retry the task to submit exactly one."

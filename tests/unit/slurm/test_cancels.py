@@ -11,8 +11,9 @@ import pytest
 
 from npa_airflow.exceptions import NpaCancelFailed, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm import commands
-from npa_airflow.slurm.cancels import CancelRequest
+from npa_airflow.slurm.cancels import CancelRequest, cancel_marker_of
 from npa_airflow.slurm.connection import SlurmConnectionConfig
+from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.ssh import CommandResult
 from npa_airflow.slurm.staging import StagedFile, build_stage_and_submit
@@ -293,6 +294,19 @@ def test_cancel_origin_reads_the_marker_the_uid_and_its_user(tmp_path):
     assert commands.parse_cancel_origin(by_airflow).by_airflow
 
 
+def test_the_marker_test_runs_its_command_only_when_the_marker_exists(tmp_path):
+    marker = tmp_path / "odd dir" / "job.sbatch.npa-cancelled"
+    command = commands.build_if_cancel_marker(str(marker), "echo seen")
+    assert shlex.quote(str(marker)) in command  # a path with a space stays one word
+    absent = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert (absent.returncode, absent.stdout) == (0, "")
+    marker.parent.mkdir()
+    subprocess.run(["bash", "-c", commands.build_record_cancel(str(marker))], check=True)
+    assert subprocess.run(["bash", "-c", command], capture_output=True, text=True).stdout == "seen\n"
+    with pytest.raises(NpaValidationError):
+        commands.build_if_cancel_marker("relative/marker", "echo seen")
+
+
 def test_submit_time_takes_slurms_record_of_that_job_only():
     out = "CLUSTER: b\n7|1796216400\n7_1|1796216000\n7|1796216401\n"
     assert commands.parse_submit_time(out, "7") == 1796216400.0
@@ -369,3 +383,43 @@ async def test_a_named_cancel_of_an_id_slurmctld_does_not_know_for_this_user(sac
         in sent[1]
     )
     assert not [c for c in sent if c.startswith("scancel") or "; scancel" in c]
+
+
+# -- what a cancel acts on, derived from the job's handle (every entry point builds it here) -------------------
+
+
+def _handle(**changes) -> SlurmJobHandle:
+    fields = {
+        "conn_id": "slurm_x", "cluster": None, "job_id": "7", "job_name": "npa-x-t1", "login_host": "h:22",
+        "results_dir": "/r/npa-x-t1", "stdout_path": "/r/logs/main.out", "stderr_path": "/r/logs/main.err",
+        "try_number": 1, "script_path": "/r/sbatch/npa-x-t1.sbatch", "env_file": "/r/sidecars/npa-x-t1.env",
+    }  # fmt: skip
+    return SlurmJobHandle(**{**fields, **changes})
+
+
+def test_a_handle_s_cancel_has_its_marker_sidecar_end_record_and_name():
+    assert CancelRequest.for_handle(_handle()) == CancelRequest(
+        "7",
+        marker="/r/sbatch/npa-x-t1.sbatch.npa-cancelled",
+        shred=("/r/sidecars/npa-x-t1.env",),
+        job_name="npa-x-t1",
+        end_record="/r/npa-x-t1/child_exit_code",
+    )
+
+
+def test_a_handle_without_script_or_sidecar_creates_no_marker_and_shreds_nothing():
+    request = CancelRequest.for_handle(_handle(script_path=None, env_file=None))
+    assert (request.marker, request.shred, request.job_name) == (None, (), "npa-x-t1")
+
+
+def test_a_job_found_by_name_is_cancelled_without_an_end_record_unless_its_results_dir_is_given():
+    request = CancelRequest.for_job("8", "npa-x-t1", script_path="/r/sbatch/npa-x-t1.sbatch", shred=["/r/s.env"])
+    assert request == CancelRequest("8", "/r/sbatch/npa-x-t1.sbatch.npa-cancelled", ("/r/s.env",), "npa-x-t1")
+    assert cancel_marker_of(None) is None
+
+
+async def test_cancel_one_sends_the_request_as_built(monkeypatch):
+    hook, sent = scripted({"scancel": (0, "", ""), "squeue": (0, "7|7|CANCELLED|None|c1|npa-x-t1\n", "")})
+    assert await hook.acancel_one(CancelRequest.for_handle(_handle())) == "cancelled"
+    assert sent[0].startswith("squeue") and "--user=npa" in sent[0]  # the id is checked against the name first
+    assert "/r/sbatch/npa-x-t1.sbatch.npa-cancelled" in sent[1] and "scancel 7 || exit $?" in sent[1]

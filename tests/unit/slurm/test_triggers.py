@@ -531,9 +531,9 @@ async def test_a_job_merely_missing_while_accounting_is_down_is_never_vanished(t
 
 async def test_the_trigger_records_airflows_cancel_and_retries_an_unanswered_one(tmp_path, double, monkeypatch):
     from npa_airflow.exceptions import NpaRemoteError
-    from npa_airflow.slurm import triggers
+    from npa_airflow.slurm import trigger_cancel
 
-    monkeypatch.setattr(triggers, "CANCEL_BACKOFF", triggers.Backoff(base=0.0, cap=0.0, jitter=0.0))
+    monkeypatch.setattr(trigger_cancel, "CANCEL_BACKOFF", trigger_cancel.Backoff(base=0.0, cap=0.0, jitter=0.0))
     markers, answers = [], [NpaRemoteError("Unable to contact slurm controller"), "cancelled"]
 
     async def acancel(job_id, *, marker=None, shred=()):

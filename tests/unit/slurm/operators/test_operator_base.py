@@ -388,10 +388,10 @@ def test_a_deadline_cancel_that_fails_is_reported_and_leaves_the_task_retryable(
 
     hook = HookDouble()
 
-    def refuse(job_id, *, job_name=None, marker=None, shred=(), end_record=None):
+    def refuse(request):
         raise NpaCancelFailed("nothing was cancelled: slurmctld does not know Slurm job 101")
 
-    hook.cancel = refuse
+    hook.cancel_one = refuse
     op = make_op(hook)
     with pytest.raises(AirflowException) as err:
         op.execute_complete(context(), make_event_payload("deadline", handle_dict(), "late"))
@@ -408,13 +408,13 @@ def test_an_unanswered_cancel_is_retried_before_it_counts_as_failed(monkeypatch)
     hook = HookDouble()
     answers = [NpaRemoteError("Unable to contact slurm controller"), "cancelled"]
 
-    def flaky(job_id, *, job_name=None, marker=None, shred=(), end_record=None):
+    def flaky(request):
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
         return answer
 
-    hook.cancel = flaky
+    hook.cancel_one = flaky
     with pytest.raises(AirflowException, match=r"deadline .*; it was cancelled$"):
         make_op(hook).execute_complete(context(), make_event_payload("deadline", handle_dict(), "late"))
     assert answers == []

@@ -11,6 +11,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.cancels import CancelRequest
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.operators import SlurmSqshConvertOperator
 from tests.harness.slurm_operator_doubles import CFG_WITH_EXTRAS as CFG
@@ -24,16 +25,8 @@ class RecordingHook:
         self.config = CFG
         self.cancelled: list[str] = []
 
-    def cancel(
-        self,
-        job_id: str,
-        *,
-        job_name: str | None = None,
-        marker: str | None = None,
-        shred=(),
-        end_record: str | None = None,
-    ) -> str:
-        self.cancelled.append(job_id)
+    def cancel_one(self, request: CancelRequest) -> str:
+        self.cancelled.append(request.job_id)
         return "cancelled"
 
 
