@@ -70,7 +70,7 @@ class JobEnvironment:
 
 def results_root_for(cfg: SlurmConnectionConfig, override: str | None, conn_id: str) -> str:
     """The results root on shared storage: the operator's, else the connection's; absolute, no trailing slash."""
-    from npa_airflow.slurm.spec import normalize_storage_path
+    from npa_airflow.slurm.storage_paths import normalize_storage_path
 
     root = override or cfg.results_root
     if not root:

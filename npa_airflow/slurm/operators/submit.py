@@ -130,7 +130,8 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def _check_resources(self) -> None:
         """Fail at DAG parse time for resource values (they are not templated) and for a cluster option."""
-        from npa_airflow.slurm.spec import SbatchSpec, refuse_cluster_options
+        from npa_airflow.slurm.spec import SbatchSpec
+        from npa_airflow.slurm.spec_fields import refuse_cluster_options
 
         refuse_cluster_options(self.extra_sbatch)  # the cluster comes from the connection (see the message)
 
@@ -194,7 +195,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         return spec.bind(config_path=self.config_path, job_id=job_name, results_dir=results_dir)
 
     def required_inputs(self) -> list[str]:
-        from npa_airflow.slurm.spec import normalize_storage_path
+        from npa_airflow.slurm.storage_paths import normalize_storage_path
 
         return [normalize_storage_path(p, f"inputs[{i}]") for i, p in enumerate(self.inputs)]
 
@@ -202,7 +203,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         """What the job reads besides its results dir: the inputs, and a shared-storage `config_path` unless it is
         inside the results dir (then the job writes it). Each must exist before submission; a container sees each
         at the same path."""
-        from npa_airflow.slurm.spec import STORAGE_SCHEMES, normalize_storage_path
+        from npa_airflow.slurm.storage_paths import STORAGE_SCHEMES, normalize_storage_path
 
         paths = self.required_inputs()
         if self.config_path and self.config_path.startswith(("/", *STORAGE_SCHEMES)):
