@@ -130,18 +130,9 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def _check_resources(self) -> None:
         """Fail at DAG parse time for resource values (they are not templated) and for a cluster option."""
-        from npa_airflow.slurm.spec import SbatchSpec
-        from npa_airflow.slurm.spec_fields import refuse_cluster_options
+        from npa_airflow.slurm.spec_fields import check_request
 
-        refuse_cluster_options(self.extra_sbatch)  # the cluster comes from the connection (see the message)
-
-        SbatchSpec(
-            job_name="npa-parse-check-t1",
-            command="true",
-            log_dir="/npa/parse-check",
-            results_dir="/npa/parse-check",
-            **self._resource_kwargs(),
-        )
+        check_request(extra_sbatch=self.extra_sbatch, **self._resource_kwargs())
 
     def _resource_kwargs(self) -> dict[str, Any]:
         """The `SbatchSpec` resource fields: plain values, never templated."""
