@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from npa_airflow.common.remote_errors import sacct_accounting_disabled, slurmctld_unreachable
 from npa_airflow.exceptions import NpaParseError, NpaValidationError
 from npa_airflow.slurm.commands import PartitionInfo, parse_partitions
-from npa_airflow.slurm.spec import normalize_storage_path
+from npa_airflow.slurm.storage_paths import normalize_storage_path
 
 SLURM_TOOLS = ("sbatch", "srun", "squeue", "sacct", "scancel")
 _MARK = "NPA_PF"

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from npa_airflow.common.templates import template_env
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.container import container_srun_options, merge_mounts
-from npa_airflow.slurm.spec import MASTER_PORT, MAX_SCRIPT_BYTES, SbatchSpec
+from npa_airflow.slurm.spec import SbatchSpec
+from npa_airflow.slurm.spec_fields import MASTER_PORT, MAX_SCRIPT_BYTES
 
 SINGLENODE_TEMPLATE = "slurm/singlenode.sbatch.j2"
 MULTINODE_TEMPLATE = "slurm/multinode.sbatch.j2"

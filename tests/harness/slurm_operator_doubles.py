@@ -29,6 +29,16 @@ CONN = {
 }
 
 
+# What SlurmHook.config reads from CONN (the connection `slurm_unit`).
+UNIT_CONFIG = SlurmConnectionConfig(
+    conn_id="slurm_unit",
+    hosts=(("127.0.0.1", 2222),),
+    user="npa",
+    insecure_skip_host_key_check=True,
+    partition="cpu",
+    results_root="/shared/results",
+)
+
 _OWN = object()
 
 
@@ -76,9 +86,7 @@ class HookDouble:
     cancel_by_name_comments: list[str] = field(default_factory=list)
     cancel_names: dict[str, str | None] = field(default_factory=dict)  # job id -> the name its cancel expected
     submit_times: dict[str, float] = field(default_factory=dict)  # Slurm's submit time of existing jobs
-    config: SlurmConnectionConfig = field(
-        default_factory=lambda: SlurmConnectionConfig(conn_id="slurm_unit", hosts=(("127.0.0.1", 2222),), user="npa")
-    )
+    config: SlurmConnectionConfig = field(default_factory=lambda: UNIT_CONFIG)  # a real hook's: the connection's
 
     def find_jobs_by_name(self, names):
         self.calls.append(("find", tuple(names)))

@@ -31,7 +31,7 @@ from npa_airflow.common.links import SLURM_TRY_XCOM_KEY, SLURM_XCOM_KEY, SlurmJo
 from npa_airflow.common.naming import ON_PREVIOUS_TRY
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.operators.cancel import JobCancelMixin
-from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob
+from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, ThisTry
 from npa_airflow.slurm.operators.job_secrets import JobSecretsMixin
 from npa_airflow.slurm.operators.submission import AdoptOrSubmitMixin
 
@@ -97,6 +97,7 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
         self.stream_logs = stream_logs
         self.cancel_on_kill = cancel_on_kill
         self._handle: SlurmJobHandle | None = None
+        self._this_try: ThisTry | None = None
         self._in_flight: PreparedJob | None = None
         self._killed = False
         self._done = False
@@ -231,9 +232,17 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
 
         return SlurmHook(self.slurm_conn_id)
 
+    def this_try(self, context: Context) -> ThisTry:
+        """This try's hook (and through it the connection, read once) and what it built; made at its first use in
+        the process, rendering or a step, and kept for the rest of the try."""
+        identity = self.ti_identity(context)
+        if self._this_try is None or self._this_try.identity != identity:
+            self._this_try = ThisTry(identity, self.get_hook())
+        return self._this_try
+
     def job_hook(self, handle: SlurmJobHandle) -> SlurmHook:
         """The hook for commands about `handle`'s job: scancel, sacct and scontrol name the cluster it is on."""
-        hook = self.get_hook()
+        hook = self._this_try.hook if self._this_try is not None else self.get_hook()
         return hook.on_cluster(handle.cluster) if handle.cluster else hook
 
     # -- execute -----------------------------------------------------------------------------------------
@@ -251,7 +260,7 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
         next_kwargs: dict[str, Any] | None = None,
     ) -> Any:
         """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`."""
-        hook = self.get_hook()
+        hook = self.this_try(context).hook
         exclude = self._validated_exclusions(context, hook)
         env = self.job_environment(hook)
         step = dict(step or {})

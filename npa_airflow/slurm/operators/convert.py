@@ -107,7 +107,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
         return sqsh_path_for(ref, cache_dir)
 
     def execute(self, context: Context) -> Any:
-        hook = self.get_hook()
+        hook = self.this_try(context).hook
         ref = self._ref()
         target = self.target_path(hook.config)
         if ref.is_sqsh:
@@ -226,7 +226,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
                 f"conversion of {self.image} failed; no .sqsh was published and no GPU job may fall back to the "
                 f"registry image. Fix it on the CPU partition and retry. {exc}"
             ) from exc
-        hook = self.get_hook()
+        hook = self.this_try(context).hook
         target = self.target_path(hook.config)
         check = check_sqsh(hook, target)
         if not check.valid:

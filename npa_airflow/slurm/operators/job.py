@@ -13,6 +13,8 @@ from npa_airflow.exceptions import NpaValidationError
 if TYPE_CHECKING:
     from npa_airflow.slurm.connection import SlurmConnectionConfig
     from npa_airflow.slurm.handle import SlurmJobHandle
+    from npa_airflow.slurm.hook import SlurmHook
+    from npa_airflow.slurm.spec import SbatchSpec
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,23 @@ class JobEnvironment:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
+@dataclass
+class ThisTry:
+    """What one try reads and builds once in this process, shared by rendering and its steps.
+
+    `hook` reads the connection on first use and keeps it: the spec, the job and its handle all take that one
+    config. `spec` is the spec of the job the try submits, for an operator that builds one when its fields render
+    (SlurmSubmitOperator), so that the script shown and the script submitted come from the same build.
+    """
+
+    identity: tuple[str, str, str, int | None, int]  # dag, task, run, map index, try
+    hook: SlurmHook
+    spec: SbatchSpec | None = None
+
+
 def results_root_for(cfg: SlurmConnectionConfig, override: str | None, conn_id: str) -> str:
     """The results root on shared storage: the operator's, else the connection's; absolute, no trailing slash."""
-    from npa_airflow.slurm.spec import normalize_storage_path
+    from npa_airflow.slurm.storage_paths import normalize_storage_path
 
     root = override or cfg.results_root
     if not root:

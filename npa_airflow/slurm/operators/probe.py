@@ -100,18 +100,19 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
             )
         return partition
 
-    def cache_key(self) -> str:
+    def cache_key(self, context: Context) -> str:
+        """The Variable of the working environment for this connection and partition (this try's config)."""
         from npa_airflow.slurm.probe import cache_key
 
-        return cache_key(self.slurm_conn_id, self._partition(self.get_hook().config))
+        return cache_key(self.slurm_conn_id, self._partition(self.this_try(context).hook.config))
 
-    def cached_env(self) -> dict[str, str] | None:
+    def cached_env(self, context: Context) -> dict[str, str] | None:
         from airflow.sdk import Variable
 
         from npa_airflow.slurm.probe import decode_cache
 
         try:
-            return decode_cache(Variable.get(self.cache_key(), default=None))
+            return decode_cache(Variable.get(self.cache_key(context), default=None))
         except Exception as exc:
             self.log.warning("Could not read the cached probe result: %s", exc)
             return None
@@ -129,12 +130,12 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
 
             require_sqsh_image(self.image)
         if self.use_cache and not self.force_probe:
-            cached = self.cached_env()
+            cached = self.cached_env(context)
             if cached is not None:
                 self.log.info(
                     "Using the cached working environment %s (Variable %s); probe skipped",
                     knobs_label(cached),
-                    self.cache_key(),
+                    self.cache_key(context),
                 )
                 return cached
         return self.probe_knob_set(context, 0)
@@ -222,7 +223,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
             )
         outcome = classify_probe_event(event)
         if outcome == "ok":
-            return self._probe_passed(handle, knob_index)
+            return self._probe_passed(context, handle, knob_index)
         if outcome == "error":
             return self.complete_job(context, event, own_job_name=self.job_name_for_knob_set(context, knob_index))
         if event["status"] == "deadline":
@@ -254,7 +255,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
                 return index
         raise fail_task(f"probe job {job_name} is none of this try's knob-set jobs; its knob set is unknown")
 
-    def _probe_passed(self, handle: SlurmJobHandle, knob_index: int) -> dict[str, str]:
+    def _probe_passed(self, context: Context, handle: SlurmJobHandle, knob_index: int) -> dict[str, str]:
         """Cache the working knob set (unless the cache is off) and return it."""
         from airflow.sdk import Variable
 
@@ -262,9 +263,10 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
 
         self._done = True
         knobs = self.knob_sets[knob_index]
+        key = self.cache_key(context) if self.use_cache else "(cache off)"
         if self.use_cache:
             Variable.set(
-                self.cache_key(),
+                key,
                 encode_cache(
                     knobs,
                     job_id=handle.job_id,
@@ -277,6 +279,6 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
             knob_index + 1,
             knobs_label(knobs),
             handle.job_id,
-            self.cache_key() if self.use_cache else "(cache off)",
+            key,
         )
         return dict(knobs)

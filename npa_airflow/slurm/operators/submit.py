@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from npa_airflow.slurm.connection import SlurmConnectionConfig
     from npa_airflow.slurm.hook import SlurmHook
+    from npa_airflow.slurm.spec import SbatchSpec
 
 
 class SlurmSubmitOperator(SlurmJobOperatorBase):
@@ -130,17 +131,9 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def _check_resources(self) -> None:
         """Fail at DAG parse time for resource values (they are not templated) and for a cluster option."""
-        from npa_airflow.slurm.spec import SbatchSpec, refuse_cluster_options
+        from npa_airflow.slurm.spec_fields import check_request
 
-        refuse_cluster_options(self.extra_sbatch)  # the cluster comes from the connection (see the message)
-
-        SbatchSpec(
-            job_name="npa-parse-check-t1",
-            command="true",
-            log_dir="/npa/parse-check",
-            results_dir="/npa/parse-check",
-            **self._resource_kwargs(),
-        )
+        check_request(extra_sbatch=self.extra_sbatch, **self._resource_kwargs())
 
     def _resource_kwargs(self) -> dict[str, Any]:
         """The `SbatchSpec` resource fields: plain values, never templated."""
@@ -157,14 +150,19 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     # -- spec and script ---------------------------------------------------------------------------------
 
-    def _connection_config(self) -> SlurmConnectionConfig:
-        from airflow.sdk import BaseHook
+    def spec_for(self, cfg: SlurmConnectionConfig, job_name: str, exclude_nodes: Sequence[str] = ()) -> SbatchSpec:
+        """The bound spec of `job_name` under `cfg`, also keeping off `exclude_nodes` (an earlier try's bad nodes).
 
-        from npa_airflow.slurm.connection import SlurmConnectionConfig
+        This try's own job has the spec built when its fields rendered (`ThisTry.spec`); another name (an earlier
+        try's job, to adopt or cancel it) or another config is built here.
+        """
+        this_try = self._this_try
+        spec = this_try.spec if this_try is not None and this_try.hook.config is cfg else None
+        if spec is None or spec.job_name != job_name:
+            spec = self.build_spec(cfg, job_name)
+        return spec.excluding(exclude_nodes) if exclude_nodes else spec
 
-        return SlurmConnectionConfig.from_connection(BaseHook.get_connection(self.slurm_conn_id))
-
-    def build_spec(self, cfg: SlurmConnectionConfig, job_name: str, exclude_nodes: Sequence[str] = ()) -> Any:
+    def build_spec(self, cfg: SlurmConnectionConfig, job_name: str) -> SbatchSpec:
         """The bound `SbatchSpec` of `job_name` under the connection settings `cfg` (no I/O)."""
         from npa_airflow.slurm.spec import SbatchSpec
 
@@ -187,14 +185,14 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             pre_commands=tuple(self.pre_commands),
             post_commands=tuple(self.post_commands),
             leader_post_commands=tuple(self.leader_post_commands),
-            exclude_nodes=tuple(dict.fromkeys([*self.exclude_nodes, *exclude_nodes])),
+            exclude_nodes=tuple(self.exclude_nodes),
             env_file=layout.sidecar_path(root, job_name) if self.secret_env else None,
             **self._resource_kwargs(),
         )
         return spec.bind(config_path=self.config_path, job_id=job_name, results_dir=results_dir)
 
     def required_inputs(self) -> list[str]:
-        from npa_airflow.slurm.spec import normalize_storage_path
+        from npa_airflow.slurm.storage_paths import normalize_storage_path
 
         return [normalize_storage_path(p, f"inputs[{i}]") for i, p in enumerate(self.inputs)]
 
@@ -202,7 +200,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         """What the job reads besides its results dir: the inputs, and a shared-storage `config_path` unless it is
         inside the results dir (then the job writes it). Each must exist before submission; a container sees each
         at the same path."""
-        from npa_airflow.slurm.spec import STORAGE_SCHEMES, normalize_storage_path
+        from npa_airflow.slurm.storage_paths import STORAGE_SCHEMES, normalize_storage_path
 
         paths = self.required_inputs()
         if self.config_path and self.config_path.startswith(("/", *STORAGE_SCHEMES)):
@@ -216,8 +214,9 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         from npa_airflow.slurm.scripts import render_sbatch
 
         self.required_inputs()  # reject local/file:// inputs before the task does anything else
-        spec = self.build_spec(self._connection_config(), self.job_name_for_context(context))
-        self.sbatch_script = render_sbatch(spec)
+        this_try = self.this_try(context)  # its hook reads the connection: once for the whole try
+        this_try.spec = self.build_spec(this_try.hook.config, self.job_name_for_context(context))
+        self.sbatch_script = render_sbatch(this_try.spec)
         self._warn_if_cut(len(self.sbatch_script))
 
     def _warn_if_cut(self, length: int) -> None:
@@ -233,12 +232,12 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             )
 
     def job_environment(self, hook: SlurmHook) -> JobEnvironment:
-        """The connection (read directly, as for rendering) and the resolved `secret_env` values."""
+        """The connection's settings (the hook's one read) and the resolved `secret_env` values."""
         from npa_airflow.slurm.secret_env import resolve_secret_env
 
         secrets = resolve_secret_env(self.secret_env) if self.secret_env else {}
         self.mask_job_secrets(secrets.values())  # before anything of the job is logged in this process
-        return JobEnvironment(config=self._connection_config(), secrets=secrets)
+        return JobEnvironment(config=hook.config, secrets=secrets)
 
     def secret_references(self) -> dict[str, str]:
         return dict(self.secret_env)
@@ -252,7 +251,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         from npa_airflow.slurm.scripts import assert_script_clean, render_sbatch
         from npa_airflow.slurm.staging import StagedFile
 
-        spec = self.build_spec(env.config, job_name, exclude_nodes)
+        spec = self.spec_for(env.config, job_name, exclude_nodes)
         script = render_sbatch(spec)
         secrets = dict(env.secrets)
         assert_script_clean(script, secrets.values())

@@ -5,13 +5,10 @@ from __future__ import annotations
 import pytest
 
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.spec import (
-    SbatchSpec,
-    bind_placeholders,
-    find_placeholders,
-    normalize_storage_path,
-    split_total_gpus,
-)
+from npa_airflow.slurm.placeholders import bind_placeholders, find_placeholders
+from npa_airflow.slurm.spec import SbatchSpec
+from npa_airflow.slurm.spec_fields import split_total_gpus
+from npa_airflow.slurm.storage_paths import normalize_storage_path
 
 BASE = {
     "job_name": "npa-train-0123456789-t1",
@@ -257,7 +254,7 @@ def test_spec_bind():
 
 
 def test_an_environment_value_over_slurms_script_limit_is_refused_by_name():
-    from npa_airflow.slurm.spec import MAX_SCRIPT_BYTES
+    from npa_airflow.slurm.spec_fields import MAX_SCRIPT_BYTES
 
     with pytest.raises(NpaValidationError, match=r"BIG_BLOB.*4194304 bytes.*max_script_size"):
         SbatchSpec(

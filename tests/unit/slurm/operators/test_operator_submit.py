@@ -13,6 +13,7 @@ from npa_airflow.slurm.operators import SlurmSubmitOperator
 from npa_airflow.slurm.scripts import render_sbatch
 from npa_airflow.slurm.spec import SbatchSpec
 from tests.harness.slurm_operator_doubles import (
+    UNIT_CONFIG,
     HookDouble,
     context,
     install_unit_connection,
@@ -115,7 +116,7 @@ def test_secret_values_reach_the_sidecar_byte_for_byte():
 
     op = make_op(HookDouble(), secret_env={"NPA_SECRET": "conn:x"})
     secrets = {"NPA_SECRET": "s3cr3t 'x'\n\n"}
-    job = op.prepare_job(name(1), (), JobEnvironment(config=op._connection_config(), secrets=secrets), {})
+    job = op.prepare_job(name(1), (), JobEnvironment(config=UNIT_CONFIG, secrets=secrets), {})
     [sidecar] = job.files
     done = subprocess.run(
         ["bash", "-c", sidecar.data.decode() + 'printf %s "$NPA_SECRET"'], capture_output=True, check=True
@@ -135,7 +136,7 @@ def test_a_container_step_sees_its_results_dir_inputs_and_config_at_the_same_pat
         secret_env={"HF_TOKEN": "conn:hf"},
         environment={"RUN_NOTE": "x"},
     )
-    job = op.prepare_job(name(1), (), JobEnvironment(config=op._connection_config(), secrets={"HF_TOKEN": "t0k3n"}), {})
+    job = op.prepare_job(name(1), (), JobEnvironment(config=UNIT_CONFIG, secrets={"HF_TOKEN": "t0k3n"}), {})
     results = f"/shared/results/{name(1)}"
     assert job.required_paths == ("/shared/data/set", "/shared/configs/run.yaml")  # checked before submission
     assert (
@@ -147,5 +148,5 @@ def test_a_container_step_sees_its_results_dir_inputs_and_config_at_the_same_pat
 
     # A config the job writes into its own results dir is neither checked beforehand nor mounted twice.
     inside = make_op(HookDouble(), image="/i.sqsh", config_path=f"{results}/cfg.yaml", container_workdir="/ws")
-    job = inside.prepare_job(name(1), (), JobEnvironment(config=inside._connection_config()), {})
+    job = inside.prepare_job(name(1), (), JobEnvironment(config=UNIT_CONFIG), {})
     assert job.required_paths == () and "  --container-workdir=/ws \\\n" in job.script
