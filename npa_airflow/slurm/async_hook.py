@@ -15,9 +15,8 @@ from typing import Any, TypeVar
 import asyncssh
 
 from npa_airflow.common.configured_hook import ConfiguredHook
-from npa_airflow.common.remote_errors import sbatch_outcome_unknown
 from npa_airflow.common.retry import Backoff, Budget, aretry
-from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
+from npa_airflow.exceptions import NpaConnectionError, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm import commands
 from npa_airflow.slurm.accounting_mode import AccountingMode
 from npa_airflow.slurm.cancels import CancelCommands
@@ -29,33 +28,21 @@ from npa_airflow.slurm.ssh import (
     MAX_COMMAND_BYTES,
     SCRIPT_ON_STDIN,
     CommandResult,
+    RepeatableConnectionError,
+    StdinRefusedConnectionError,
     as_bytes,
     login_shell_command,
     loop_pool,
     open_connection,
     short_command,
 )
-from npa_airflow.slurm.staging import (
-    EXIT_CANCELLED_BEFORE_SBATCH,
-    EXIT_MISSING_INPUTS,
-    StagedFile,
-    build_stage,
-    build_stage_and_submit,
-    parse_stage_output,
-)
+from npa_airflow.slurm.staging import EXIT_MISSING_INPUTS, build_stage, parse_stage_output
+from npa_airflow.slurm.submit_commands import SubmitCommands
 
 # A command whose connection died is run once more on a new connection, at once.
 RERUN_BACKOFF = Backoff(base=0.0, cap=0.0, jitter=0.0)
 RUN_ATTEMPTS = 2
 H = TypeVar("H", bound="AsyncSlurmHook")
-
-
-class _RepeatableConnectionError(NpaConnectionError):
-    """The connection died where running the command again is safe (it had not started, or is idempotent)."""
-
-
-class _StdinRefusedConnectionError(NpaConnectionError):
-    """The connection died after the remote side had closed stdin unread: the command never got its input."""
 
 
 def _feed(process: asyncssh.SSHClientProcess[bytes], stdin: bytes | None) -> bool:
@@ -69,14 +56,15 @@ def _feed(process: asyncssh.SSHClientProcess[bytes], stdin: bytes | None) -> boo
     return False
 
 
-class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, AccountingMode, JobQueries):
+class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, AccountingMode, JobQueries, SubmitCommands):
     """The async Slurm commands over SSH; :class:`npa_airflow.slurm.hook.SlurmHook` adds the sync facade.
 
     Every Slurm command names one cluster with ``-M``: ``cluster`` when given (the cluster a job handle
     records), else the connection's ``cluster_name``; neither means the login host's default cluster (no -M).
     The cancels (checked, by id or by a try's job name) come from :class:`npa_airflow.slurm.cancels.CancelCommands`,
-    the job states and lookups from :class:`npa_airflow.slurm.job_queries.JobQueries`, and what a cluster without
-    accounting needs from :class:`npa_airflow.slurm.accounting_mode.AccountingMode`.
+    the job states and lookups from :class:`npa_airflow.slurm.job_queries.JobQueries`, staging and sbatch from
+    :class:`npa_airflow.slurm.submit_commands.SubmitCommands`, and what a cluster without accounting needs from
+    :class:`npa_airflow.slurm.accounting_mode.AccountingMode`.
     """
 
     conn_name_attr = "slurm_conn_id"
@@ -181,7 +169,7 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, Acco
             wire, stdin = SCRIPT_ON_STDIN, command.encode()
         result = await aretry(
             lambda: self._run_once(command, wire, stdin, timeout, idempotent),
-            transient=lambda exc: isinstance(exc, _RepeatableConnectionError),
+            transient=lambda exc: isinstance(exc, RepeatableConnectionError),
             backoff=RERUN_BACKOFF,
             budget=Budget(attempts=RUN_ATTEMPTS),
         )
@@ -211,12 +199,12 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, Acco
             raise NpaRemoteError(f"command on {host} timed out after {timeout} s: {short_command(command)}") from exc
         except asyncssh.ChannelOpenError as exc:
             await self._drop(conn)
-            raise _RepeatableConnectionError(f"could not open a session on {host}: {exc}") from exc
+            raise RepeatableConnectionError(f"could not open a session on {host}: {exc}") from exc
         except CONNECTION_ERRORS as exc:
             await self._drop(conn)
-            error = _RepeatableConnectionError if idempotent or not started else NpaConnectionError
+            error = RepeatableConnectionError if idempotent or not started else NpaConnectionError
             if refused and error is NpaConnectionError:
-                error = _StdinRefusedConnectionError
+                error = StdinRefusedConnectionError
             raise error(f"connection to {host} lost while running {short_command(command)}: {exc}") from exc
         return CommandResult(
             stdout=as_bytes(done.stdout),
@@ -225,116 +213,6 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, Acco
             host=host,
             stdin_refused=refused,
         )
-
-    async def astage(
-        self, files: Sequence[StagedFile], *, required_paths: Sequence[str] = (), mkdirs: Sequence[str] = ()
-    ) -> None:
-        """Check inputs exist, create dirs and write files atomically with their modes, in one round trip.
-
-        Public for DAG code that puts files on shared storage (dags_examples/slurm_training.py stages its script).
-        """
-        command, stdin = build_stage(files, required_paths=required_paths, mkdirs=mkdirs)
-        result = await self.arun(command, stdin=stdin, check=False)
-        self._raise_for_stage(result)
-
-    async def astage_and_submit(
-        self,
-        files: Sequence[StagedFile],
-        script_path: str,
-        *,
-        sbatch_args: Sequence[str] = (),
-        required_paths: Sequence[str] = (),
-        mkdirs: Sequence[str] = (),
-        job_name: str | None = None,
-        owner_comment: str | None = None,
-        secret_files: Sequence[str] = (),
-    ) -> commands.SubmitResult:
-        """Check inputs, stage files and submit, all in ONE round trip.
-
-        Raises ``NpaValidationError`` (nothing written) when a required input is missing, ``NpaRemoteError`` when
-        sbatch clearly refused the job, and ``NpaAmbiguousSubmission`` when the job may or may not exist. With
-        ``job_name`` (the script's job name) and ``owner_comment`` (the proof of its owner, sbatch's ``--comment``),
-        a cancel by Airflow that comes while sbatch runs is honoured on the login host (see
-        :func:`npa_airflow.slurm.staging.build_stage_and_submit`), shredding ``secret_files``.
-        """
-        cluster = await self.atarget_cluster()
-        cancel = None
-        if owner_comment is not None:
-            sbatch_args = [*sbatch_args, f"--comment={owner_comment}"]
-            if job_name:
-                user = (await self.aconfig()).user
-                cancel = commands.build_cancel_by_name(job_name, user, owner_comment, cluster)
-        command, stdin = build_stage_and_submit(
-            files,
-            script_path,
-            sbatch_args=sbatch_args,
-            required_paths=required_paths,
-            mkdirs=mkdirs,
-            cluster=cluster,
-            cancel_by_name=cancel,
-            secret_files=secret_files,
-        )
-        try:
-            result = await self.arun(command, stdin=stdin, check=False, idempotent=False, timeout=180)
-        except _StdinRefusedConnectionError as exc:  # every file (the script too) is read before sbatch runs
-            raise NpaRemoteError(
-                f"the login host closed the session for {script_path} before reading the staged files, then the "
-                f"connection was lost; sbatch never ran: {exc}"
-            ) from exc
-        except NpaConnectionError as exc:
-            raise NpaAmbiguousSubmission(f"connection lost during submission of {script_path}: {exc}") from exc
-        except NpaRemoteError as exc:  # timed out: sbatch may have created the job
-            raise NpaAmbiguousSubmission(f"submission of {script_path} did not finish: {exc}") from exc
-        if result.returncode is None and self._refused_before_sbatch(result):
-            self._raise_for_stage(result)
-        if result.returncode is None:  # the session ended without a status (e.g. killed after sbatch ran)
-            raise NpaAmbiguousSubmission(f"submission of {script_path} on {result.host} ended without an exit status")
-        self._raise_for_stage(result)
-        outcome = parse_stage_output(result.text)
-        if not outcome.sbatch_started:
-            raise NpaRemoteError(f"staging for {script_path} failed on {result.host}: {result.error_text[-2000:]}")
-        if outcome.sbatch_rc is None:
-            raise NpaAmbiguousSubmission(f"sbatch for {script_path} on {result.host} reported no exit status")
-        if outcome.sbatch_rc != 0:
-            message = result.error_text[-2000:]
-            if sbatch_outcome_unknown(message):
-                raise NpaAmbiguousSubmission(f"sbatch on {result.host} gave up waiting for slurmctld: {message}")
-            raise NpaRemoteError(f"sbatch refused {script_path} on {result.host} (exit {outcome.sbatch_rc}): {message}")
-        if not outcome.sbatch_stdout.strip():
-            raise NpaAmbiguousSubmission(f"sbatch --parsable printed nothing for {script_path} on {result.host}")
-        return commands.parse_sbatch_submit(outcome.sbatch_stdout)
-
-    @staticmethod
-    def _refused_before_sbatch(result: CommandResult) -> bool:
-        """No exit status, but certainly nothing submitted: the script reported missing inputs (it exits right
-        after), or it closed stdin unread (sbatch runs only after every staged file was read) and never printed
-        the marker it prints before sbatch."""
-        outcome = parse_stage_output(result.text)
-        return bool(outcome.missing) or (result.stdin_refused and not outcome.sbatch_started)
-
-    @staticmethod
-    def _raise_for_stage(result: CommandResult) -> None:
-        missing = parse_stage_output(result.text).missing
-        if result.returncode == EXIT_MISSING_INPUTS or (result.returncode is None and missing):
-            raise NpaValidationError(
-                "required inputs do not exist on the cluster (checked with test -e from "
-                f"{result.host}): {', '.join(missing)}. Stage the data on shared storage (e.g. Lustre) first, "
-                "or correct the paths; nothing was written or submitted."
-            )
-        if result.returncode == EXIT_CANCELLED_BEFORE_SBATCH:
-            raise NpaRemoteError(
-                f"not submitted: Airflow had cancelled this job (its cancel marker exists on {result.host}): "
-                "the task was killed while it was being submitted"
-            )
-        if result.returncode not in (0, None):
-            raise NpaRemoteError(
-                f"staging files on {result.host} failed (exit {result.returncode}): {result.error_text[-2000:]}"
-            )
-        if result.returncode is None:
-            raise NpaRemoteError(
-                f"staging files on {result.host} ended without an exit status before sbatch ran (nothing was "
-                f"submitted): {result.error_text[-2000:]}"
-            )
 
     async def ashred(self, paths: Sequence[str]) -> None:
         """Overwrite and remove files (a finished job's secrets sidecar); missing files are fine."""
