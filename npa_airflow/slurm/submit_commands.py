@@ -67,39 +67,8 @@ class SubmitCommands:
         a cancel by Airflow that comes while sbatch runs is honoured on the login host (see
         :func:`npa_airflow.slurm.staging.build_stage_and_submit`), shredding ``secret_files``.
         """
-        command, stdin = await self._submit_command(
-            files,
-            script_path,
-            sbatch_args=sbatch_args,
-            required_paths=required_paths,
-            mkdirs=mkdirs,
-            job_name=job_name,
-            owner_comment=owner_comment,
-            secret_files=secret_files,
-        )
-        result = await self._run_submission(command, stdin, script_path)
-        return self._submitted(result, script_path)
-
-    async def _submit_command(
-        self,
-        files: Sequence[StagedFile],
-        script_path: str,
-        *,
-        sbatch_args: Sequence[str],
-        required_paths: Sequence[str],
-        mkdirs: Sequence[str],
-        job_name: str | None,
-        owner_comment: str | None,
-        secret_files: Sequence[str],
-    ) -> tuple[str, bytes]:
-        """The one command (and its stdin) that stages the files and runs sbatch, with the cancel by name it honours."""
         cluster = await self.atarget_cluster()
-        cancel = None
-        if owner_comment is not None:
-            sbatch_args = [*sbatch_args, f"--comment={owner_comment}"]
-            if job_name:
-                user = (await self.aconfig()).user
-                cancel = commands.build_cancel_by_name(job_name, user, owner_comment, cluster)
+        sbatch_args, cancel = await self._owner_options(sbatch_args, cluster, job_name, owner_comment)
         command, stdin = build_stage_and_submit(
             files,
             script_path,
@@ -110,7 +79,21 @@ class SubmitCommands:
             cancel_by_name=cancel,
             secret_files=secret_files,
         )
-        return command, stdin
+        result = await self._run_submission(command, stdin, script_path)
+        return self._submitted(result, script_path)
+
+    async def _owner_options(
+        self, sbatch_args: Sequence[str], cluster: str | None, job_name: str | None, owner_comment: str | None
+    ) -> tuple[Sequence[str], str | None]:
+        """sbatch's arguments with the owner proof (``--comment``), and the cancel by name the login host honours
+        when Airflow cancels the job while sbatch runs (None without a job name and proof)."""
+        cancel = None
+        if owner_comment is not None:
+            sbatch_args = [*sbatch_args, f"--comment={owner_comment}"]
+            if job_name:
+                user = (await self.aconfig()).user
+                cancel = commands.build_cancel_by_name(job_name, user, owner_comment, cluster)
+        return sbatch_args, cancel
 
     async def _run_submission(self, command: str, stdin: bytes, script_path: str) -> CommandResult:
         """Run it once; a lost connection or a timeout is an ambiguous submission unless sbatch certainly never ran."""
