@@ -131,9 +131,9 @@ async def _cancel_slurm(job: Any, request: Any) -> None:
     cluster does not answer; a cancel that did not happen raises (and is logged as a failure)."""
     from npa_airflow.common.retry import Backoff, Budget, aretry
     from npa_airflow.exceptions import cluster_did_not_answer
-    from npa_airflow.slurm.poller import get_poller
+    from npa_airflow.slurm.channel import get_channel
 
-    kills = get_poller(job.conn_id, cluster=job.cluster).kills
+    kills = get_channel(job.conn_id, cluster=job.cluster).kills
     outcome = await aretry(
         lambda: kills.cancel(request),
         transient=cluster_did_not_answer,

@@ -5,6 +5,7 @@ job's claim and state and then cancels the job: asked one by one, 4,000 SSH comm
 Here the requests that arrive together share one command per kind (`npa_airflow.common.coalesce`): a claims
 read, a sacct, one scancel round trip with its squeue check, and one shred of the secret files of jobs that had
 already ended (the API server's listener cancelled them first). Each trigger still decides for itself.
+One per cluster: the `kills` of its channel (`npa_airflow.slurm.channel`), which the listener uses too.
 """
 
 from __future__ import annotations

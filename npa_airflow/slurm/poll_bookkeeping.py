@@ -22,7 +22,7 @@ from npa_airflow.slurm.offsets import (
 )
 
 if TYPE_CHECKING:
-    from npa_airflow.slurm.poller import PollerStats, Registration
+    from npa_airflow.slurm.poll_records import PollerStats, Registration
 
 log = logging.getLogger("npa_airflow.slurm.poller")
 MAX_SHRED_ATTEMPTS = 3  # cycles whose command failed while a finished job's secret files waited to be removed

@@ -119,6 +119,14 @@ def connect_options(cfg: SlurmConnectionConfig, log: logging.Logger) -> dict[str
     return options
 
 
+class RepeatableConnectionError(NpaConnectionError):
+    """The connection died where running the command again is safe (it had not started, or is idempotent)."""
+
+
+class StdinRefusedConnectionError(NpaConnectionError):
+    """The connection died after the remote side had closed stdin unread: the command never got its input."""
+
+
 class _NoHostReachable(Exception):
     """One round over every login host failed on the transport: worth another round after a backoff."""
 

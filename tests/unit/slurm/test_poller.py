@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from npa_airflow.common.states import JobState
+from npa_airflow.slurm import log_tail
 from npa_airflow.slurm import poller as poller_mod
 from npa_airflow.slurm.poller import SlurmPoller, get_poller, offsets_file_for, reset_pollers
 from tests.harness.cluster_double import LocalClusterDouble
@@ -187,7 +188,7 @@ async def test_restart_resumes_from_persisted_offsets(double, tmp_path):
 
 
 async def test_finished_job_with_more_log_than_one_read_is_not_drained(double, tmp_path, monkeypatch):
-    monkeypatch.setattr(poller_mod, "tail_budget", lambda files: 4)
+    monkeypatch.setattr(log_tail, "tail_budget", lambda files: 4)
     out = tmp_path / "big.out"
     out.write_bytes(b"0123456789" * 10)  # 25 reads: more cycles than any fixed drain limit would allow
     double.states["3"] = JobState.COMPLETE

@@ -1,0 +1,77 @@
+"""One cluster of one Slurm connection, per event loop: its hook and the batches that are not polling.
+
+Everything a process asks of one cluster goes through its channel: the poller's cycle
+(`npa_airflow.slurm.poller`, which takes the channel's hook), the cancels, claim reads and job states of many
+triggers' `on_kill` and of the API server's listener (`kills`, `npa_airflow.slurm.kill_batch`), and the
+success-marker checks of the jobs that end in one cycle (`path_checks`). Each batch sends one command for what
+arrives together (`npa_airflow.common.coalesce`), through the one hook, so one SSH connection.
+
+Channels are keyed by (event loop, connection id, cluster), like the pollers: a triggerer has one per cluster its
+jobs' handles record, the API server's background loop one per cluster it cancels on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from npa_airflow.common.coalesce import Coalescer
+from npa_airflow.slurm.kill_batch import KillBatch
+
+__all__ = ["ClusterChannel", "get_channel", "reset_channels"]
+
+
+class ClusterChannel:
+    """The hook of one cluster (None: the connection's) and its batches: kills, claim reads, marker checks.
+
+    A `hook_factory` gets the connection id and must return a hook for this channel's cluster.
+    """
+
+    def __init__(
+        self, conn_id: str, hook_factory: Callable[[str], Any] | None = None, *, cluster: str | None = None
+    ) -> None:
+        self.conn_id = conn_id
+        self.cluster = cluster
+        self._hook_factory = hook_factory or functools.partial(_default_hook_factory, cluster=cluster)
+        self._hook: Any = None
+        self.kills = KillBatch(lambda: self.hook)  # on_kill's and the listener's reads and cancels, batched
+        # Success-marker checks of the jobs that ended in one cycle (a wave of them): one command for all.
+        self.path_checks: Coalescer[str, bool] = Coalescer(lambda paths: self.hook.apaths_exist(paths))
+
+    @property
+    def hook(self) -> Any:
+        """The cluster's hook, made on first use and kept (its pooled SSH connection is the cluster's)."""
+        if self._hook is None:
+            self._hook = self._hook_factory(self.conn_id)
+        return self._hook
+
+
+def _default_hook_factory(conn_id: str, cluster: str | None = None) -> Any:
+    from npa_airflow.slurm.hook import SlurmHook
+
+    return SlurmHook(slurm_conn_id=conn_id, cluster=cluster)
+
+
+_ChannelKey = tuple[str, "str | None"]  # (connection id, cluster)
+_CHANNELS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_ChannelKey, ClusterChannel]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def get_channel(
+    conn_id: str, hook_factory: Callable[[str], Any] | None = None, *, cluster: str | None = None
+) -> ClusterChannel:
+    """The channel of `conn_id` and `cluster` (a handle's) on the running event loop (created on first use)."""
+    per_loop = _CHANNELS.setdefault(asyncio.get_running_loop(), {})
+    channel = per_loop.get((conn_id, cluster))
+    if channel is None:
+        channel = per_loop[conn_id, cluster] = ClusterChannel(conn_id, hook_factory, cluster=cluster)
+    return channel
+
+
+def reset_channels() -> None:
+    """Forget every channel (tests)."""
+    _CHANNELS.clear()
