@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from npa_airflow.burst.handle import XCOM_KEY, BurstJobHandle
+from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.common import xcom_keys
 from npa_airflow.common.ownership import (
     Claim,
     TaskView,
@@ -89,8 +90,9 @@ class BurstJobTrigger(BaseTrigger):
         ti = getattr(self, "task_instance", None)
         if not await claim_xcom_is(ti, claim):
             return
-        if not await write_xcom(ti, XCOM_KEY, handle.to_dict()):
-            self.log.warning("Could not record SkyPilot job %s in the task's XCom (%s)", handle.job_id, XCOM_KEY)
+        if not await write_xcom(ti, xcom_keys.BURST_JOB, handle.to_dict()):
+            key = xcom_keys.BURST_JOB
+            self.log.warning("Could not record SkyPilot job %s in the task's XCom (%s)", handle.job_id, key)
 
     async def _claim_job(self) -> None:
         """Record this trigger's claim in the task instance's XCom (see npa_airflow.common.ownership)."""

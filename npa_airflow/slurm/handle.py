@@ -11,12 +11,9 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from npa_airflow.common import xcom_keys
 from npa_airflow.common.checks import field_mismatch, fullmatch_or_raise
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
-
-XCOM_KEY = xcom_keys.SLURM_JOB
 
 # A Slurm job id as sbatch prints it: plain, array task (123_4) or heterogeneous component (123+1).
 JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from npa_airflow.common.links import SLURM_TRY_XCOM_KEY
+from npa_airflow.common import xcom_keys
 from npa_airflow.common.ownership import Claim, TaskView, Verdict, decide, read_task_view, shielded
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import cluster_did_not_answer
@@ -121,7 +121,7 @@ class TriggerCancelMixin:
                 current = await asyncio.wait_for(claim_read, CLAIM_READ_TIMEOUT)
             except Exception as exc:
                 module_log.warning("Could not read the claim on Slurm job %s (%s)", self.job_id, exc)
-        return current, await read_task_view(getattr(self, "task_instance", None), try_key=SLURM_TRY_XCOM_KEY)
+        return current, await read_task_view(getattr(self, "task_instance", None), try_key=xcom_keys.SLURM_TRY)
 
     async def _cancel_unless_moved(self) -> None:
         reg = self._registration

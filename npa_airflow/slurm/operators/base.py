@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
+from npa_airflow.common import xcom_keys
 from npa_airflow.common.defaults import default_deferrable
-from npa_airflow.common.links import SLURM_TRY_XCOM_KEY, SLURM_XCOM_KEY, SlurmJobLink
+from npa_airflow.common.links import SlurmJobLink
 from npa_airflow.common.naming import ON_PREVIOUS_TRY
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.operators.cancel import JobCancelMixin
@@ -277,8 +278,8 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
         handle = self._adopt_or_submit(context, hook, job)
         self._handle, self._in_flight = handle, None
         self.stop_if_killed(hook, handle)
-        context["ti"].xcom_push(key=SLURM_XCOM_KEY, value=handle.to_dict())
-        context["ti"].xcom_push(key=SLURM_TRY_XCOM_KEY, value=self.ti_identity(context)[4])
+        context["ti"].xcom_push(key=xcom_keys.SLURM_JOB, value=handle.to_dict())
+        context["ti"].xcom_push(key=xcom_keys.SLURM_TRY, value=self.ti_identity(context)[4])
         self.log.info(
             "Slurm job %s (%s) on %s; stdout %s", handle.job_id, handle.job_name, handle.login_host, handle.stdout_path
         )
