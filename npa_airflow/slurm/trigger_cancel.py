@@ -39,13 +39,12 @@ class TriggerCancelMixin:
     log: logging.Logger
     job_id: str
     cancel_on_kill: bool
-    _job_handle: SlurmJobHandle
+    handle: SlurmJobHandle
     _fired: bool
     _registration: Registration | None
     _claim: Claim | None
     _claim_file: str | None
     _poller: Callable[[], SlurmPoller]
-    secret_files: Callable[[], tuple[str, ...]]
     _fire: Callable[..., TriggerEvent]
 
     async def _deadline_event(self, message: str) -> TriggerEvent:
@@ -68,7 +67,7 @@ class TriggerCancelMixin:
         Returns what happened ("cancelled" or "ended"); raises when it could not cancel. Callers bound the time.
         """
         kills = self._poller().kills  # batched with the other triggers' cancels (a whole DAG run marked failed)
-        request = CancelRequest.for_handle(self._job_handle)
+        request = CancelRequest.for_handle(self.handle)
 
         def again(exc: BaseException, delay: float) -> None:
             self.log.warning("Cancelling Slurm job %s failed (%s); retrying in %.0f s", self.job_id, exc, delay)
@@ -143,7 +142,7 @@ class TriggerCancelMixin:
         if info is not None and info.state.is_terminal:
             self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
             try:
-                await poller.kills.shred(self.secret_files())
+                await poller.kills.shred(self.handle.secret_files)
             except Exception as exc:  # best effort, like the cancel itself
                 module_log.warning("Could not remove the secret files of Slurm job %s (%s)", self.job_id, exc)
             return

@@ -458,14 +458,13 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCancelMixin, JobSecretsMixin, 
     def _accept_event(self, event: Any) -> tuple[SlurmJobHandle, str]:
         from airflow.sdk.exceptions import AirflowException
 
-        from npa_airflow.slurm.handle import SlurmJobHandle
-        from npa_airflow.slurm.triggers import validate_event
+        from npa_airflow.slurm.triggers import event_handle, validate_event
 
         try:
             event = validate_event(event)
         except ValueError as exc:
             raise AirflowException(f"Slurm wait ended with an unusable event: {exc}") from exc
-        self._handle = SlurmJobHandle.from_dict(event["handle"])
+        self._handle = event_handle(event)
         return self._handle, event["status"]
 
     def _fail_for_failed_job(
