@@ -34,19 +34,17 @@ from typing import Any
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
-from npa_airflow.common.links import BURST_XCOM_KEY, SLURM_XCOM_KEY
+from npa_airflow.common import xcom_keys
 from npa_airflow.compute.mount import URL_PREFIX as COMPUTE_URL_PREFIX
 from npa_airflow.compute.mount import LazyApp
 
 log = logging.getLogger(__name__)
 
-SLURM_KEY = SLURM_XCOM_KEY
-BURST_KEY = BURST_XCOM_KEY
 FINAL_STATES = ("failed", "success")
 CANCEL_TIMEOUT = 120.0  # a Slurm cancel rides out a cluster outage this long, then is reported as failed
 BURST_TIMEOUT = 120.0  # the SkyPilot requests of one Burst cancel (submitted only: the server carries them out)
 BURST_CONCURRENCY = 8  # Burst cancels in flight at once per API server process
-CONN_ATTRS = {SLURM_KEY: "slurm_conn_id", BURST_KEY: "skypilot_conn_id"}
+CONN_ATTRS = {xcom_keys.SLURM_JOB: "slurm_conn_id", xcom_keys.BURST_JOB: "skypilot_conn_id"}
 CONFIG_SECONDS = 30.0
 _configs: dict[str, tuple[float, Any]] = {}
 _burst_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
@@ -70,7 +68,7 @@ def _handles(task_instance: Any) -> dict[str, Any]:
                 XComModel.run_id == task_instance.run_id,
                 XComModel.task_id == task_instance.task_id,
                 XComModel.map_index == task_instance.map_index,
-                XComModel.key.in_((SLURM_KEY, BURST_KEY)),
+                XComModel.key.in_((xcom_keys.SLURM_JOB, xcom_keys.BURST_JOB)),
             )
         ).all()
     return {row.key: XComModel.deserialize_value(row) for row in rows}
@@ -107,7 +105,7 @@ def slurm_cancel(task_instance: Any, raw: Any) -> Any:
     from npa_airflow.slurm.cancels import CancelRequest
     from npa_airflow.trusted_jobs import Distrust, dropped_paths, task_settings, trusted_slurm_handle
 
-    settings = task_settings(task_instance.dag_version_id, task_instance.task_id, CONN_ATTRS[SLURM_KEY])
+    settings = task_settings(task_instance.dag_version_id, task_instance.task_id, CONN_ATTRS[xcom_keys.SLURM_JOB])
     if settings is None or settings.conn_id is None:
         log.warning("Not cancelling the Slurm job of %s: its serialized task cannot be read", _named(task_instance))
         return None
@@ -152,7 +150,7 @@ def burst_cancel(task_instance: Any, raw: Any) -> Any:
     from npa_airflow.common.deployment import current_deployment
     from npa_airflow.trusted_jobs import Distrust, task_settings, trusted_burst_try
 
-    settings = task_settings(task_instance.dag_version_id, task_instance.task_id, CONN_ATTRS[BURST_KEY])
+    settings = task_settings(task_instance.dag_version_id, task_instance.task_id, CONN_ATTRS[xcom_keys.BURST_JOB])
     if settings is None or settings.conn_id is None:
         log.warning("Not cancelling the Burst launch of %s: its serialized task cannot be read", _named(task_instance))
         return None
@@ -205,7 +203,7 @@ async def _cancel_try(hook: Any, settings: Any, ref: Any) -> None:
     )
 
 
-CANCELLERS = {SLURM_KEY: slurm_cancel, BURST_KEY: burst_cancel}
+CANCELLERS = {xcom_keys.SLURM_JOB: slurm_cancel, xcom_keys.BURST_JOB: burst_cancel}
 
 
 def cancel_jobs_of(task_instance: Any) -> concurrent.futures.Future | None:

@@ -15,6 +15,7 @@ import time
 
 from airflow.sdk import DAG
 
+from npa_airflow.common import xcom_keys
 from npa_airflow.slurm.operators import SlurmSubmitOperator
 
 CONN_ID = "slurm_blackhole"
@@ -35,7 +36,7 @@ class HandleOnly(SlurmSubmitOperator):
             stdout_path=f"{root}/slurm-logs/{name}/main.out", stderr_path=f"{root}/slurm-logs/{name}/main.err",
             try_number=1, submitted_at=time.time(), script_path=f"{root}/sbatch/{name}.sbatch",
         )  # fmt: skip
-        context["ti"].xcom_push(key="slurm_job", value=handle.to_dict())
+        context["ti"].xcom_push(key=xcom_keys.SLURM_JOB, value=handle.to_dict())
         time.sleep(900)
 
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from npa_airflow.common.xcom_keys import BURST_JOB as XCOM_KEY
+from npa_airflow.common import xcom_keys
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -80,7 +80,7 @@ class AdoptOrLaunchMixin:
             else:
                 handle = self._launch(hook, task, nodes, refs[-1])
         self._handle = handle
-        context["ti"].xcom_push(key=XCOM_KEY, value=handle.to_dict())
+        context["ti"].xcom_push(key=xcom_keys.BURST_JOB, value=handle.to_dict())
         return handle
 
     def _why_cancel(self, adopted: TryLaunch | None) -> str:

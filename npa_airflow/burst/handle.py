@@ -11,11 +11,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from npa_airflow.burst.task import TEARDOWN_POLICIES, validate_cluster_name
-from npa_airflow.common import xcom_keys
 from npa_airflow.common.checks import field_mismatch
 from npa_airflow.exceptions import NpaValidationError
-
-XCOM_KEY = xcom_keys.BURST_JOB
 
 _CONN_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,250}")
 # A SkyPilot request id (a UUID); the protocol checks ids against the same pattern.

@@ -39,7 +39,6 @@ SAVE_TIMEOUT = 10.0
 FINAL_SAVE_SECONDS = 15.0  # the save when the follower stops: a claim read and a write
 # 1 s, 2 s, 4 s ... 15 s, each stretched by up to half again (every follower of a triggerer fails together).
 REOPEN_BACKOFF = Backoff(base=1.0, cap=15.0, jitter=0.5)
-LINE_COUNT_XCOM_KEY = xcom_keys.BURST_LOG_LINES
 
 
 @dataclass(frozen=True)
@@ -102,11 +101,11 @@ class XComLineCount:
 
     async def recorded_job(self) -> JobLog | None:
         """The job this try's log count was kept for, if any (its launch is over then)."""
-        record = parse_line_count(await read_xcom(self.ti, LINE_COUNT_XCOM_KEY))
+        record = parse_line_count(await read_xcom(self.ti, xcom_keys.BURST_LOG_LINES))
         return record[1] if record is not None and record[0] == self.claim.try_number else None
 
     async def load(self, job: JobLog) -> int:
-        record = parse_line_count(await read_xcom(self.ti, LINE_COUNT_XCOM_KEY))
+        record = parse_line_count(await read_xcom(self.ti, xcom_keys.BURST_LOG_LINES))
         return record[2] if record is not None and record[:2] == (self.claim.try_number, job) else 0
 
     async def owned(self) -> bool:
@@ -114,7 +113,7 @@ class XComLineCount:
 
     async def save(self, job: JobLog, lines: int) -> bool:
         value = line_count_value(self.claim.try_number, job, lines)
-        return await write_xcom(self.ti, LINE_COUNT_XCOM_KEY, value, timeout=SAVE_TIMEOUT)
+        return await write_xcom(self.ti, xcom_keys.BURST_LOG_LINES, value, timeout=SAVE_TIMEOUT)
 
 
 class _Superseded(Exception):

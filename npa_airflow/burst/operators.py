@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from npa_airflow.burst.adoption import AdoptOrLaunchMixin
+from npa_airflow.common import xcom_keys
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import BurstJobLink
-from npa_airflow.common.xcom_keys import BURST_JOB as XCOM_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -198,7 +198,7 @@ class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
         event = validate_event(event)
         status, handle, message = event["status"], event_handle(event), str(event["message"])
         self._handle = handle
-        context["ti"].xcom_push(key=XCOM_KEY, value=handle.to_dict())
+        context["ti"].xcom_push(key=xcom_keys.BURST_JOB, value=handle.to_dict())
         job = f"burst job {handle.name} on cluster {handle.cluster}"
         if status == "interrupted":  # the job's end is unknown: leave it and its cluster to the next try
             self._finished = True

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from npa_airflow.burst.handle import XCOM_KEY, BurstJobHandle
+from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.common import xcom_keys
 from npa_airflow.common.ownership import (
     Claim,
     TaskView,
@@ -37,7 +38,8 @@ PUBLISH_WAIT_SECONDS = 5.0  # for the XCom write of the job id when the event is
 class BurstJobTrigger(BaseTrigger):
     """Fire one event when the burst job of ``handle`` ends, or when ``deadline`` (epoch seconds) passes.
 
-    :param handle: ``BurstJobHandle.to_dict()``.
+    :param handle: ``BurstJobHandle.to_dict()``: the trigger row and the events keep it as a dict, the trigger holds
+        the ``BurstJobHandle`` (``self.handle``; ``_current`` adds the job id once the launch has one).
     :param poll_interval: seconds between status polls.
     :param deadline: epoch seconds after which a ``deadline`` event fires (the operator cancels and
         tears down); ``None`` waits without limit.
@@ -57,13 +59,13 @@ class BurstJobTrigger(BaseTrigger):
         nodes: int | None = None,
     ) -> None:
         super().__init__()
-        self.handle = BurstJobHandle.from_dict(handle).to_dict()
+        self.handle = BurstJobHandle.from_dict(handle)  # validated like a new one: it may come from XCom
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
         self.stream_logs = bool(stream_logs)
         self.cancel_on_kill = bool(cancel_on_kill)
         self.nodes = None if nodes is None else int(nodes)
-        self._current = BurstJobHandle.from_dict(handle)
+        self._current = self.handle
         self._fired = False
         self._claim: Claim | None = None
         self._publishing: asyncio.Future[None] | None = None  # the XCom write of a newly learned job id
@@ -89,8 +91,9 @@ class BurstJobTrigger(BaseTrigger):
         ti = getattr(self, "task_instance", None)
         if not await claim_xcom_is(ti, claim):
             return
-        if not await write_xcom(ti, XCOM_KEY, handle.to_dict()):
-            self.log.warning("Could not record SkyPilot job %s in the task's XCom (%s)", handle.job_id, XCOM_KEY)
+        if not await write_xcom(ti, xcom_keys.BURST_JOB, handle.to_dict()):
+            key = xcom_keys.BURST_JOB
+            self.log.warning("Could not record SkyPilot job %s in the task's XCom (%s)", handle.job_id, key)
 
     async def _claim_job(self) -> None:
         """Record this trigger's claim in the task instance's XCom (see npa_airflow.common.ownership)."""

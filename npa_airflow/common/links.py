@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SLURM_XCOM_KEY = xcom_keys.SLURM_JOB
-SLURM_TRY_XCOM_KEY = xcom_keys.SLURM_TRY
 _URL_FIELDS = ("job_id", "cluster", "job_name", "login_host", "results_dir")
 
 
@@ -55,7 +53,7 @@ class SlurmJobLink(BaseOperatorLink):
     name = "Slurm job"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        handle = _linked_handle(operator, SLURM_XCOM_KEY, ti_key)
+        handle = _linked_handle(operator, xcom_keys.SLURM_JOB, ti_key)
         if not isinstance(handle, dict) or not handle.get("job_id"):
             return ""
         template = _job_url_template(handle.get("conn_id"))
@@ -71,7 +69,6 @@ def _job_url_template(conn_id: str | None) -> str | None:
     return _extra_value(conn_id, "job_url_template")
 
 
-BURST_XCOM_KEY = xcom_keys.BURST_JOB
 _BURST_URL_FIELDS = ("endpoint", "cluster", "job_id", "request_id", "name")
 DEFAULT_BURST_URL_TEMPLATE = "{endpoint}/dashboard/clusters/{cluster}"
 
@@ -89,7 +86,7 @@ class BurstJobLink(BaseOperatorLink):
     name = "SkyPilot cluster"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        handle = _linked_handle(operator, BURST_XCOM_KEY, ti_key)
+        handle = _linked_handle(operator, xcom_keys.BURST_JOB, ti_key)
         if not isinstance(handle, dict) or not handle.get("cluster") or not handle.get("endpoint"):
             return ""
         template = _extra_value(handle.get("conn_id"), "dashboard_url_template") or DEFAULT_BURST_URL_TEMPLATE

@@ -41,7 +41,6 @@ DECIDE_SECONDS = 12.0  # how long on_kill (Slurm's and Burst's) keeps reading be
 DECIDE_PAUSE = 1.0
 READ_TIMEOUT = 10.0
 DEFERRED = "deferred"
-CLAIM_XCOM_KEY = xcom_keys.TRIGGER_CLAIM
 _warm_up: list[asyncio.Task[Any]] = []  # this process's one warm-up request, kept referenced
 _in_flight: set[asyncio.Future[Any]] = set()  # shielded on_kill work, kept referenced until it ends
 
@@ -246,8 +245,8 @@ def warm_task_reads(ti: Any) -> None:
 
 
 async def write_claim_xcom(ti: Any, claim: Claim, timeout: float = 60.0) -> bool:
-    """Record `claim` as the task instance's XCom CLAIM_XCOM_KEY; False when there is no supervisor or it failed."""
-    return await write_xcom(ti, CLAIM_XCOM_KEY, claim.line(), timeout)
+    """Record `claim` as the task instance's XCom TRIGGER_CLAIM; False when there is no supervisor or it failed."""
+    return await write_xcom(ti, xcom_keys.TRIGGER_CLAIM, claim.line(), timeout)
 
 
 async def write_xcom(ti: Any, key: str, value: Any, timeout: float = 60.0) -> bool:
@@ -290,10 +289,10 @@ async def read_xcom(ti: Any, key: str, timeout: float = READ_TIMEOUT) -> Any:
 
 
 async def read_claim_xcom(ti: Any, timeout: float = READ_TIMEOUT) -> Claim | None:
-    """The claim now in the task instance's XCom CLAIM_XCOM_KEY; None when absent or unreadable."""
+    """The claim now in the task instance's XCom TRIGGER_CLAIM; None when absent or unreadable."""
     if ti is None:
         return None
-    value = await read_xcom(ti, CLAIM_XCOM_KEY, timeout)
+    value = await read_xcom(ti, xcom_keys.TRIGGER_CLAIM, timeout)
     return Claim.parse(value) if isinstance(value, str) else None
 
 

@@ -11,12 +11,10 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from npa_airflow.common import xcom_keys
 from npa_airflow.common.checks import field_mismatch, fullmatch_or_raise
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
-
-XCOM_KEY = xcom_keys.SLURM_JOB
+from npa_airflow.slurm.end_records import end_record_for
 
 # A Slurm job id as sbatch prints it: plain, array task (123_4) or heterogeneous component (123+1).
 JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
@@ -51,6 +49,11 @@ class SlurmJobHandle:
     def secret_files(self) -> tuple[str, ...]:
         """What to shred once the job has ended for good: its sidecar, if it has one."""
         return (self.env_file,) if self.env_file else ()
+
+    @property
+    def end_record(self) -> str | None:
+        """Where the job's batch script writes its end record (`npa_airflow.slurm.end_records`)."""
+        return end_record_for(self.results_dir)
 
     def __post_init__(self) -> None:
         fullmatch_or_raise(

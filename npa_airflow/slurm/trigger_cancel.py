@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from npa_airflow.common.links import SLURM_TRY_XCOM_KEY
+from npa_airflow.common import xcom_keys
 from npa_airflow.common.ownership import Claim, TaskView, Verdict, decide, read_task_view, shielded
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import cluster_did_not_answer
@@ -39,13 +39,12 @@ class TriggerCancelMixin:
     log: logging.Logger
     job_id: str
     cancel_on_kill: bool
-    _job_handle: SlurmJobHandle
+    handle: SlurmJobHandle
     _fired: bool
     _registration: Registration | None
     _claim: Claim | None
     _claim_file: str | None
     _poller: Callable[[], SlurmPoller]
-    secret_files: Callable[[], tuple[str, ...]]
     _fire: Callable[..., TriggerEvent]
 
     async def _deadline_event(self, message: str) -> TriggerEvent:
@@ -68,7 +67,7 @@ class TriggerCancelMixin:
         Returns what happened ("cancelled" or "ended"); raises when it could not cancel. Callers bound the time.
         """
         kills = self._poller().kills  # batched with the other triggers' cancels (a whole DAG run marked failed)
-        request = CancelRequest.for_handle(self._job_handle)
+        request = CancelRequest.for_handle(self.handle)
 
         def again(exc: BaseException, delay: float) -> None:
             self.log.warning("Cancelling Slurm job %s failed (%s); retrying in %.0f s", self.job_id, exc, delay)
@@ -121,7 +120,7 @@ class TriggerCancelMixin:
                 current = await asyncio.wait_for(claim_read, CLAIM_READ_TIMEOUT)
             except Exception as exc:
                 module_log.warning("Could not read the claim on Slurm job %s (%s)", self.job_id, exc)
-        return current, await read_task_view(getattr(self, "task_instance", None), try_key=SLURM_TRY_XCOM_KEY)
+        return current, await read_task_view(getattr(self, "task_instance", None), try_key=xcom_keys.SLURM_TRY)
 
     async def _cancel_unless_moved(self) -> None:
         reg = self._registration
@@ -143,7 +142,7 @@ class TriggerCancelMixin:
         if info is not None and info.state.is_terminal:
             self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
             try:
-                await poller.kills.shred(self.secret_files())
+                await poller.kills.shred(self.handle.secret_files)
             except Exception as exc:  # best effort, like the cancel itself
                 module_log.warning("Could not remove the secret files of Slurm job %s (%s)", self.job_id, exc)
             return

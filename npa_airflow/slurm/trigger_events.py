@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from npa_airflow.common.trigger_events import EVENT_KEYS, check_event, make_event
+from npa_airflow.slurm.handle import SlurmJobHandle
 
 # "unsatisfiable": PENDING on a reason waiting never clears (npa_airflow.slurm.fit.NEVER_CLEARING_REASONS).
 # "vanished": neither sacct nor squeue has known the job for `vanished_after` seconds.
@@ -32,3 +33,8 @@ def validate_event(event: Any) -> dict[str, Any]:
     if not isinstance(event["handle"], dict) or str(event["handle"].get("job_id")) != str(event["job_id"]):
         raise ValueError(f"Slurm trigger event's handle does not match job {event['job_id']!r}: {event!r}")
     return event
+
+
+def event_handle(event: dict[str, Any]) -> SlurmJobHandle:
+    """The job handle a checked event carries (as a dict), validated like a new one: read it once, then use it."""
+    return SlurmJobHandle.from_dict(event["handle"])

@@ -20,23 +20,17 @@ from npa_airflow.common.secret_masking import redact_text
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
 from npa_airflow.slurm import without_accounting
-from npa_airflow.slurm.end_records import end_record_for
 from npa_airflow.slurm.fit import never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.log_lines import LineSplitter
-from npa_airflow.slurm.poller import (
-    PollUpdate,
-    Registration,
-    SlurmPoller,
-    claim_file_for,
-    get_poller,
-    offsets_file_for,
-)
+from npa_airflow.slurm.offsets import claim_file_for, offsets_file_for
+from npa_airflow.slurm.poller import PollUpdate, Registration, SlurmPoller, get_poller
 from npa_airflow.slurm.secret_env import amask_secret_env, validate_secret_env
 from npa_airflow.slurm.trigger_cancel import TriggerCancelMixin
 
 # Re-exported: operators, sensors and tests import the event helpers from here.
 from npa_airflow.slurm.trigger_events import EVENT_STATUSES as EVENT_STATUSES
+from npa_airflow.slurm.trigger_events import event_handle as event_handle
 from npa_airflow.slurm.trigger_events import make_event_payload as make_event_payload
 from npa_airflow.slurm.trigger_events import validate_event as validate_event
 
@@ -48,9 +42,10 @@ MARKER_CHECK_BACKOFF = Backoff(base=2.0, cap=60.0, jitter=0.0)
 
 
 class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
-    """Fire one event when Slurm job `handle["job_id"]` ends, or when `deadline` (epoch seconds) passes.
+    """Fire one event when Slurm job `handle.job_id` ends, or when `deadline` (epoch seconds) passes.
 
-    :param handle: the job handle dict (`SlurmJobHandle.to_dict()`).
+    :param handle: the job handle dict (`SlurmJobHandle.to_dict()`): the trigger row and the events keep it as a
+        dict, the trigger itself holds the `SlurmJobHandle` (`self.handle`).
     :param conn_id: the Slurm connection.
     :param poll_interval: wanted seconds between polls while running (the poller never goes below its floor).
     :param deadline: epoch seconds after which the trigger fires a "deadline" event (the operator cancels).
@@ -81,9 +76,8 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         vanished_after: float = VANISHED_AFTER_SECONDS,
     ) -> None:
         super().__init__()
-        # a handle from XCom or a trigger row is validated like a new one; the dict is what the trigger row keeps
-        self._job_handle = SlurmJobHandle.from_dict(handle)
-        self.handle = handle
+        # a handle from XCom or a trigger row is validated like a new one
+        self.handle = SlurmJobHandle.from_dict(handle)
         self.conn_id = conn_id
         self.poll_interval = float(poll_interval)
         self.deadline = float(deadline) if deadline is not None else None
@@ -95,6 +89,7 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         self._secret_values: tuple[str, ...] | None = None  # resolved already (the worker-side wait)
         self.vanished_after = float(vanished_after)
         self._fired = False
+        self._problems = 0  # polls in a row that failed
         self._registration: Registration | None = None
         self._claim: Claim | None = None
         self._claim_file: str | None = None
@@ -102,6 +97,7 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         self._last_seen: tuple[JobState, str | None] | None = None  # state and pending reason last logged
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
+        # `handle` is stored as its dict (as_trigger_row): the row keeps the shape earlier releases wrote
         names = (
             "handle",
             "conn_id",
@@ -119,52 +115,37 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
 
     @property
     def job_id(self) -> str:
-        return str(self.handle["job_id"])
-
-    @property
-    def cluster(self) -> str | None:
-        """The cluster sbatch put the job on (None: the connection's)."""
-        return self.handle.get("cluster")
+        return self.handle.job_id
 
     def _poller(self) -> SlurmPoller:
         """The poller of the job's cluster: every state query and scancel of this trigger names that cluster."""
-        return get_poller(self.conn_id, cluster=self.cluster)
+        return get_poller(self.conn_id, cluster=self.handle.cluster)
 
     def log_paths(self) -> list[tuple[str, str]]:
         """(label, path) for each distinct log file of the job."""
-        out: list[tuple[str, str]] = []
-        for label, key in (("stdout", "stdout_path"), ("stderr", "stderr_path")):
-            path = self.handle.get(key)
-            if path and all(p != path for _, p in out):
-                out.append((label, path))
+        out = [("stdout", self.handle.stdout_path)]
+        if self.handle.stderr_path != self.handle.stdout_path:
+            out.append(("stderr", self.handle.stderr_path))
         return out
-
-    def secret_files(self) -> tuple[str, ...]:
-        """The job's secrets sidecar, removed once the job has ended for good (by the poller, or with a cancel)."""
-        return self._job_handle.secret_files
 
     def marker_path(self) -> str | None:
         if not self.require_marker:
             return None
         if self.require_marker.startswith("/"):
             return self.require_marker
-        results_dir = self.handle.get("results_dir")
-        if not results_dir:
-            return None
-        return f"{results_dir.rstrip('/')}/{self.require_marker}"
+        return f"{self.handle.results_dir.rstrip('/')}/{self.require_marker}"
 
     def _prepare_claim(self) -> None:
         """This trigger's claim on the job, when it runs for a task instance (not in dag.test())."""
         from npa_airflow.common.naming import identity_hash
 
         ti = getattr(self, "task_instance", None)
-        stdout = self.handle.get("stdout_path")
-        if ti is None or not stdout or self._claim is not None:
+        if ti is None or self._claim is not None:
             return
-        try_number = int(getattr(ti, "try_number", None) or self.handle.get("try_number") or 1)
+        try_number = int(getattr(ti, "try_number", None) or self.handle.try_number)
         key = identity_hash(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         self._claim = Claim.new(try_number)
-        self._claim_file = claim_file_for(stdout, key)
+        self._claim_file = claim_file_for(self.handle.stdout_path, key)
 
     # -- run ---------------------------------------------------------------------------------------------
 
@@ -197,25 +178,12 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         poller = self._poller()
         masked = await self._mask_secrets()
         paths = self.log_paths() if self.stream_logs and masked else []
-        stdout = self.handle.get("stdout_path")
         self._prepare_claim()
         warm_task_reads(getattr(self, "task_instance", None))
-        reg = poller.register(
-            self.job_id,
-            log_offsets=[(p, 0) for _, p in paths],
-            offsets_file=offsets_file_for(stdout) if stdout and paths else None,
-            interval=self.poll_interval,
-            submitted_at=self.handle.get("submitted_at"),
-            claim=self._claim,
-            claim_file=self._claim_file,
-            shred_on_end=self.secret_files(),
-            end_record=end_record_for(self.handle.get("results_dir")),
-        )
-        self._registration = reg
+        reg = self._registration = self._register(poller, [p for _, p in paths])
         labels = {p: label for label, p in paths}
         splitters: dict[str, LineSplitter] = {}
-        problems = 0
-        self.log.info("Waiting for Slurm job %s (%s)", self.job_id, self.handle.get("job_name"))
+        self.log.info("Waiting for Slurm job %s (%s)", self.job_id, self.handle.job_name)
         try:
             while True:
                 update = await self._next_update(reg)
@@ -226,38 +194,57 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
                     return
                 self._write_logs(update, reg, labels, splitters)
                 reg.ack(update.cycle)
-                if update.error:
-                    problems += 1
-                    if problems == 1 or problems % 10 == 0:
-                        self.log.warning("Slurm job %s: %s", self.job_id, update.error)
-                else:
-                    problems = 0
-                self._log_state(update)
-                if update.absent_for is not None and update.absent_for >= self.vanished_after:
-                    yield self._vanished_event(update.absent_for)
-                    return
-                if update.state is JobState.PENDING and update.info is not None:
-                    never = never_clearing_reason(update.info.reason)
-                    if never is not None:
-                        yield await self._unsatisfiable_event(never, update.info.reason or never)
-                        return
-                if update.state.is_terminal and update.logs_drained:
-                    for path, splitter in splitters.items():
-                        for line in splitter.flush():
-                            self._log_line(labels.get(path, "stdout"), line)
-                        reg.commit(path, splitter.committed)
-                    self.log_offsets = {c.path: c.committed for c in reg.cursors}
-                    event = await self._terminal_event(update)
-                    if event is None:
-                        yield await self._deadline_event(f"Slurm job {self.job_id}: deadline passed")
-                        return
+                event = await self._event_for(update, reg, labels, splitters)
+                if event is not None:
                     yield event
-                    return
-                if self._deadline_passed():
-                    yield await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
                     return
         finally:
             poller.unregister(reg)
+
+    def _register(self, poller: SlurmPoller, paths: list[str]) -> Registration:
+        """Join the poller: the job, the log files to copy (offsets kept next to its stdout), the claim."""
+        return poller.register(
+            self.job_id,
+            log_offsets=[(p, 0) for p in paths],
+            offsets_file=offsets_file_for(self.handle.stdout_path) if paths else None,
+            interval=self.poll_interval,
+            submitted_at=self.handle.submitted_at,
+            claim=self._claim,
+            claim_file=self._claim_file,
+            shred_on_end=self.handle.secret_files,
+            end_record=self.handle.end_record,
+        )
+
+    async def _event_for(
+        self, update: PollUpdate, reg: Registration, labels: dict[str, str], splitters: dict[str, LineSplitter]
+    ) -> TriggerEvent | None:
+        """The event `update` ends the wait with; None while the wait goes on."""
+        self._note_problem(update.error)
+        self._log_state(update)
+        if update.absent_for is not None and update.absent_for >= self.vanished_after:
+            return self._vanished_event(update.absent_for)
+        if update.state is JobState.PENDING and update.info is not None:
+            never = never_clearing_reason(update.info.reason)
+            if never is not None:
+                return await self._unsatisfiable_event(never, update.info.reason or never)
+        if update.state.is_terminal and update.logs_drained:
+            self._flush_logs(reg, labels, splitters)
+            event = await self._terminal_event(update)
+            if event is None:  # the success marker could not be checked before the deadline
+                return await self._deadline_event(f"Slurm job {self.job_id}: deadline passed")
+            return event
+        if self._deadline_passed():
+            return await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
+        return None
+
+    def _note_problem(self, error: str | None) -> None:
+        """Log a failed poll: the first of a run of them, then every tenth."""
+        if not error:
+            self._problems = 0
+            return
+        self._problems += 1
+        if self._problems == 1 or self._problems % 10 == 0:
+            self.log.warning("Slurm job %s: %s", self.job_id, error)
 
     def _log_state(self, update: PollUpdate) -> None:
         """Log the state when it, or the pending reason, changes: "PENDING (Resources)" says why it waits."""
@@ -274,8 +261,8 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
     def _vanished_event(self, absent_for: float) -> TriggerEvent:
         seen = f", last seen {self._last_seen[0].value}" if self._last_seen else ", never seen by this wait"
         message = (
-            f"Slurm job {self.job_id} ({self.handle.get('job_name')}) is lost: neither sacct nor squeue on "
-            f"{self.handle.get('login_host')} has known it for {absent_for / 60:.0f} min{seen}. The cluster may "
+            f"Slurm job {self.job_id} ({self.handle.job_name}) is lost: neither sacct nor squeue on "
+            f"{self.handle.login_host} has known it for {absent_for / 60:.0f} min{seen}. The cluster may "
             "have lost it (slurmctld state reset), or it runs on another cluster than the connection's"
         )
         return self._fire("vanished", message)
@@ -331,6 +318,14 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
             for line in splitter.feed(chunk.data, chunk.offset):
                 self._log_line(labels.get(chunk.path, "stdout"), line)
             reg.commit(chunk.path, splitter.committed)
+        self.log_offsets = {c.path: c.committed for c in reg.cursors}
+
+    def _flush_logs(self, reg: Registration, labels: dict[str, str], splitters: dict[str, LineSplitter]) -> None:
+        """The job ended and its logs are read to the end: write each file's partial last line too."""
+        for path, splitter in splitters.items():
+            for line in splitter.flush():
+                self._log_line(labels.get(path, "stdout"), line)
+            reg.commit(path, splitter.committed)
         self.log_offsets = {c.path: c.committed for c in reg.cursors}
 
     async def _terminal_event(self, update: PollUpdate) -> TriggerEvent | None:
@@ -392,5 +387,5 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
 
     def _fire(self, status: str, message: str, **extra: Any) -> TriggerEvent:
         self._fired = True
-        payload = make_event_payload(status, self.handle, message, log_offsets=dict(self.log_offsets), **extra)
-        return TriggerEvent(payload)
+        offsets = dict(self.log_offsets)
+        return TriggerEvent(make_event_payload(status, self.handle.to_dict(), message, log_offsets=offsets, **extra))

@@ -62,8 +62,8 @@ def test_another_user_s_job_with_this_task_s_exact_name_is_neither_adopted_nor_c
     cleanup.extend(theirs)
 
     trigger = submit_deferred(make_operator(command="sleep 30", on_previous_try="cancel"), ctx)
-    cleanup.append(trigger.handle["job_id"])
-    assert trigger.handle["job_id"] not in theirs and trigger.handle["retry_of"] is None
+    cleanup.append(trigger.handle.job_id)
+    assert trigger.handle.job_id not in theirs and trigger.handle.retry_of is None
     assert [squeue_state(cluster_ssh, j) for j in theirs] == ["PENDING", "PENDING"]  # untouched
 
 
@@ -79,8 +79,8 @@ def test_a_job_of_this_account_with_the_task_s_name_but_not_its_proof_is_left_al
 
     op = make_operator(command="sleep 30", on_previous_try="cancel")
     trigger = submit_deferred(op, ctx)
-    cleanup.append(trigger.handle["job_id"])
-    assert trigger.handle["job_id"] not in held and trigger.handle["retry_of"] is None
+    cleanup.append(trigger.handle.job_id)
+    assert trigger.handle.job_id not in held and trigger.handle.retry_of is None
     assert [squeue_state(cluster_ssh, j) for j in held] == ["PENDING", "PENDING"]
 
     # A kill of this try cancels by name only the job that carries this try's proof: its own.
@@ -88,7 +88,7 @@ def test_a_job_of_this_account_with_the_task_s_name_but_not_its_proof_is_left_al
     comment = op.owner_comment(ctx, names[1])
     hook.cancel_by_name(names[1], comment=comment)
     deadline = time.monotonic() + 30
-    while squeue_state(cluster_ssh, trigger.handle["job_id"]) not in ("CANCELLED", ""):
+    while squeue_state(cluster_ssh, trigger.handle.job_id) not in ("CANCELLED", ""):
         assert time.monotonic() < deadline, "this try's own job was not cancelled by name"
         time.sleep(0.5)
     assert squeue_state(cluster_ssh, held[1]) == "PENDING"  # same name, same account, no proof: still there
@@ -106,14 +106,14 @@ def test_two_deployments_with_the_same_dag_and_run_id_each_get_and_keep_their_ow
     for label, identity in (("staging", staging), ("prod", prod)):
         monkeypatch.setattr(d, "current_deployment", lambda identity=identity: identity)
         trigger = submit_deferred(make_operator(command="sleep 60"), task_context(dag_id, 1, run_id))
-        handles[label] = trigger.handle
-        cleanup.append(trigger.handle["job_id"])
+        handles[label] = trigger.handle.to_dict()
+        cleanup.append(trigger.handle.job_id)
     assert handles["staging"]["job_id"] != handles["prod"]["job_id"]
     assert handles["staging"]["job_name"] != handles["prod"]["job_name"]
     for label, identity in (("staging", staging), ("prod", prod)):
         monkeypatch.setattr(d, "current_deployment", lambda identity=identity: identity)
         retry = submit_deferred(make_operator(command="sleep 60"), task_context(dag_id, 2, run_id))
-        assert retry.handle["job_id"] == handles[label]["job_id"], f"{label}'s retry did not reattach to its own job"
+        assert retry.handle.job_id == handles[label]["job_id"], f"{label}'s retry did not reattach to its own job"
     assert len(ids_named(cluster_ssh, handles["prod"]["job_name"])) == 1
 
 
@@ -130,13 +130,13 @@ def test_a_job_under_the_previous_release_s_name_is_found_once_after_the_upgrade
     upgraded = d.Deployment(d.current_deployment().key, time.time(), "test")
     monkeypatch.setattr(d, "current_deployment", lambda: upgraded)
     trigger = submit_deferred(make_operator(command="sleep 30"), ctx)
-    assert (trigger.handle["job_id"], trigger.handle["job_name"]) == (old, old_name)
+    assert (trigger.handle.job_id, trigger.handle.job_name) == (old, old_name)
 
     newer = submit_as_npa(cluster_ssh, legacy_job_name_for(dag_id, "train", ctx["ti"].run_id, -1, 2))
     cleanup.append(newer)
     third = submit_deferred(make_operator(command="sleep 30"), task_context(dag_id, 3, ctx["ti"].run_id))
-    cleanup.append(third.handle["job_id"])
-    assert third.handle["job_id"] == old  # the job of try 1 again (still live), never the post-upgrade one
+    cleanup.append(third.handle.job_id)
+    assert third.handle.job_id == old  # the job of try 1 again (still live), never the post-upgrade one
     assert squeue_state(cluster_ssh, newer) == "PENDING"
 
 

@@ -125,9 +125,9 @@ def test_on_kill_cancels_the_job_on_its_own_cluster_and_leaves_the_same_id_on_th
     install_supervisor(monkeypatch, "failed")  # the user marked the task failed
     op = make_operator(command="echo started on b; sleep 300", slurm_conn_id="slurm_b")
     trigger = run_for_task_instance(submit_deferred(op, task_context(f"npa_itest_mc_{uuid.uuid4().hex[:6]}")))
-    job_id = trigger.handle["job_id"]
+    job_id = trigger.handle.job_id
     try:
-        assert (trigger.handle["cluster"], job_id) == (b, colliding_job), "b's next id moved on"
+        assert (trigger.handle.cluster, job_id) == (b, colliding_job), "b's next id moved on"
         monkeypatch.setenv("AIRFLOW_CONN_SLURM_B", connection_json(slurm_cluster, None))
         wait_for_state(cluster_ssh, b, job_id, "RUNNING")
         kwargs = trigger.serialize()[1]

@@ -253,7 +253,7 @@ def test_on_kill_of_the_trigger_cancels_the_job(slurm_cluster, cluster_ssh, monk
     op = make_operator(command="sleep 120")
     ctx = task_context(f"npa_itest_kill_{uuid.uuid4().hex[:6]}")
     trigger = run_for_task_instance(submit_deferred(op, ctx))
-    job_id = trigger.handle["job_id"]
+    job_id = trigger.handle.job_id
 
     async def scenario() -> str:
         hook = SlurmHook("slurm_default")
@@ -265,7 +265,7 @@ def test_on_kill_of_the_trigger_cancels_the_job(slurm_cluster, cluster_ssh, monk
         return await wait_state(hook, job_id, {"CANCELLED"})
 
     assert asyncio.run(scenario()) == "CANCELLED"
-    (job,) = accounted_jobs(cluster_ssh, trigger.handle["job_name"])
+    (job,) = accounted_jobs(cluster_ssh, trigger.handle.job_name)
     assert job["state"] == "CANCELLED"
 
 
@@ -276,7 +276,7 @@ def test_a_trigger_moved_to_another_triggerer_never_cancels_the_job(slurm_cluste
     op = make_operator(command="for i in $(seq 1 40); do echo line $i; sleep 0.5; done")
     ctx = task_context(f"npa_itest_move_{uuid.uuid4().hex[:6]}")
     deferred = submit_deferred(op, ctx)
-    handle, kwargs = deferred.handle, deferred.serialize()[1]
+    handle, kwargs = deferred.handle.to_dict(), deferred.serialize()[1]
     first, second = (run_for_task_instance(type(deferred)(**kwargs)) for _ in range(2))
 
     async def scenario() -> tuple[str, dict]:
@@ -316,10 +316,10 @@ def test_ambiguous_submission_after_ssh_drop_yields_exactly_one_job(slurm_cluste
     ctx = task_context(f"npa_itest_ambig_{uuid.uuid4().hex[:6]}")
     trigger = submit_deferred(op, ctx)
     assert drops, "the drop was not injected"
-    jobs = accounted_jobs(cluster_ssh, trigger.handle["job_name"])
+    jobs = accounted_jobs(cluster_ssh, trigger.handle.job_name)
     time.sleep(2)  # a duplicate submitted in the same instant would be accounted by now too
-    jobs = sacct_jobs(cluster_ssh, trigger.handle["job_name"])
-    assert [j["id"] for j in jobs] == [trigger.handle["job_id"]]
+    jobs = sacct_jobs(cluster_ssh, trigger.handle.job_name)
+    assert [j["id"] for j in jobs] == [trigger.handle.job_id]
 
 
 def test_reattach_after_the_worker_is_killed(slurm_cluster, cluster_ssh, tmp_path):
@@ -354,7 +354,7 @@ def test_reattach_after_the_worker_is_killed(slurm_cluster, cluster_ssh, tmp_pat
 
     op = make_operator(command="sleep 25; echo finished")
     trigger = submit_deferred(op, task_context(dag_id, try_number=2, run_id=run_id))
-    assert trigger.handle["job_id"] == first["id"]  # reattached: no second job
+    assert trigger.handle.job_id == first["id"]  # reattached: no second job
     assert sacct_jobs(cluster_ssh, job_name_for(dag_id, "train", run_id, -1, 2)) == []
     cluster_ssh(f"scancel {first['id']}")
 
@@ -460,7 +460,8 @@ def test_sensor_waits_for_a_job_submitted_elsewhere(slurm_cluster):
 
     op = make_operator(command="sleep 3; echo sensed")
     submitted = submit_deferred(op, task_context(f"npa_itest_sensor_{uuid.uuid4().hex[:6]}"))
-    sensor = SlurmJobSensor(task_id="wait", job=json.dumps(submitted.handle), poke_interval=2, stream_logs=True)
+    job = json.dumps(submitted.handle.to_dict())
+    sensor = SlurmJobSensor(task_id="wait", job=job, poke_interval=2, stream_logs=True)
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(task_context("sensor_dag"))
     trigger = SlurmJobTrigger(**deferred.value.trigger.serialize()[1])
@@ -476,7 +477,7 @@ def test_sensor_waits_for_a_job_submitted_elsewhere(slurm_cluster):
     assert "sensed" in collected.lines
 
     # a bare job id works too (state only)
-    bare = SlurmJobSensor(task_id="wait_id", job=submitted.handle["job_id"], deferrable=False)
+    bare = SlurmJobSensor(task_id="wait_id", job=submitted.handle.job_id, deferrable=False)
     assert bare.poke(task_context("sensor_dag")) is True
 
 

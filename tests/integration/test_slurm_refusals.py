@@ -124,7 +124,7 @@ def test_the_task_log_says_why_a_job_is_pending(slurm_cluster, cluster_ssh):
     op = make_operator(command="true", extra_sbatch=["--hold"])
     trigger = submit_deferred(op, task_context(f"npa_itest_held_{uuid.uuid4().hex[:6]}"))
     trigger._log, collected = collecting_logger("held")
-    job_id = trigger.handle["job_id"]
+    job_id = trigger.handle.job_id
     commands: list[str] = []
     arun = SlurmHook.arun
 

@@ -117,7 +117,8 @@ def test_a_requeued_job_gets_its_secret_again_and_the_sidecar_goes_with_its_end(
         secret_env={"NPA_TOKEN": variable(monkeypatch, secret)},
     )
     deferred = submit_deferred(op, task_context(f"npa_itest_requeue_{uuid.uuid4().hex[:6]}"))
-    handle, sidecar = deferred.handle, sidecar_of(deferred.handle)
+    handle = deferred.handle.to_dict()
+    sidecar = sidecar_of(handle)
     runs = f"{handle['results_dir']}/runs"
     install_supervisor(monkeypatch, "deferred")
     trigger, _ = as_a_triggerer_would(deferred, "requeue")
@@ -160,7 +161,7 @@ def pending_job_with_a_secret(monkeypatch, tag: str) -> tuple[dict, SlurmJobTrig
         secret_env={"NPA_TOKEN": variable(monkeypatch, f"npa-pending-{uuid.uuid4().hex}")},
     )
     deferred = submit_deferred(op, task_context(f"npa_itest_{tag}_{uuid.uuid4().hex[:6]}"))
-    return deferred.handle, deferred
+    return deferred.handle.to_dict(), deferred
 
 
 def test_a_job_cancelled_outside_airflow_before_it_ran_loses_its_sidecar(slurm_cluster, cluster_ssh, monkeypatch):

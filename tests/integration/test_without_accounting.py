@@ -97,7 +97,7 @@ def test_a_job_completes_with_its_log_and_no_sacct_after_the_first(slurm_cluster
     assert payload["status"] == "success", payload
     assert [x for x in lines if x.startswith("noacct-line-")] == ["noacct-line-1", "noacct-line-2"]
     assert len(commands.sacct()) <= 1, "sacct runs once per connection, to learn there is no accounting"
-    assert op.execute_complete(ctx, payload)["job_id"] == trigger.handle["job_id"]
+    assert op.execute_complete(ctx, payload)["job_id"] == trigger.handle.job_id
 
 
 def test_a_failing_program_fails_with_its_exit_code_and_log_tail(slurm_cluster):
@@ -126,7 +126,7 @@ def test_jobs_that_ended_longer_than_min_job_age_ago_are_settled_from_their_end_
     gone = submit_deferred(
         make_operator(command="sleep 300"), task_context(f"npa_itest_noacct_aged_cx_{uuid.uuid4().hex[:6]}")
     )
-    ids = [t.handle["job_id"] for t in (ok, bad, gone)]
+    ids = [t.handle.job_id for t in (ok, bad, gone)]
     deadline = time.monotonic() + 60
     while "RUNNING" not in cluster_ssh(f"squeue -h -t all -o %T --jobs={ids[2]}").stdout:
         assert time.monotonic() < deadline, "the long job never started"
@@ -155,7 +155,7 @@ def test_on_kill_cancels_the_job_and_the_cancel_is_airflows(slurm_cluster, clust
     install_supervisor(monkeypatch, "failed")  # the user marked the task failed
     op = make_operator(command="sleep 120")
     trigger = run_for_task_instance(submit_deferred(op, task_context(f"npa_itest_noacct_kill_{uuid.uuid4().hex[:6]}")))
-    job_id = trigger.handle["job_id"]
+    job_id = trigger.handle.job_id
 
     async def scenario() -> None:
         deadline = time.monotonic() + 60
@@ -170,7 +170,7 @@ def test_on_kill_cancels_the_job_and_the_cancel_is_airflows(slurm_cluster, clust
 
     asyncio.run(scenario())
     assert cluster_ssh(f"squeue -h -t all -o %T --jobs={job_id}", check=True).stdout.strip() == "CANCELLED"
-    marker = cancel_marker_of(trigger.handle.get("script_path"))
+    marker = cancel_marker_of(trigger.handle.script_path)
     origin = SlurmHook("slurm_default").cancel_origin(job_id, marker)
     assert origin.by_airflow and not origin.accounting
 
@@ -181,7 +181,7 @@ def test_a_cancel_outside_airflow_fails_the_task_saying_who_cannot_be_told(slurm
     op = make_operator(command="sleep 120")
     ctx = task_context(f"npa_itest_noacct_outside_{uuid.uuid4().hex[:6]}")
     trigger = submit_deferred(op, ctx)
-    job_id = trigger.handle["job_id"]
+    job_id = trigger.handle.job_id
     deadline = time.monotonic() + 60
     while "RUNNING" not in cluster_ssh(f"squeue -h -t all -o %T --jobs={job_id}").stdout:
         assert time.monotonic() < deadline
@@ -229,8 +229,8 @@ def test_an_ambiguous_submission_is_reconciled_by_name_from_squeue(slurm_cluster
     )
     assert drops, "the drop was not injected"
     time.sleep(2)
-    named = cluster_ssh(f"squeue -h -t all -o %i --name={trigger.handle['job_name']}", check=True).stdout.split()
-    assert named == [trigger.handle["job_id"]]
+    named = cluster_ssh(f"squeue -h -t all -o %i --name={trigger.handle.job_name}", check=True).stdout.split()
+    assert named == [trigger.handle.job_id]
 
 
 def test_a_retry_reattaches_to_the_live_job_of_the_earlier_try_found_by_name(slurm_cluster, cluster_ssh):
@@ -238,5 +238,5 @@ def test_a_retry_reattaches_to_the_live_job_of_the_earlier_try_found_by_name(slu
     run_id = f"manual__{uuid.uuid4().hex[:8]}"
     first = submit_deferred(make_operator(command="sleep 60"), task_context(dag_id, try_number=1, run_id=run_id))
     second = submit_deferred(make_operator(command="sleep 60"), task_context(dag_id, try_number=2, run_id=run_id))
-    assert second.handle["job_id"] == first.handle["job_id"]  # reattached: no second job
-    cluster_ssh(f"scancel {first.handle['job_id']}", check=True)
+    assert second.handle.job_id == first.handle.job_id  # reattached: no second job
+    cluster_ssh(f"scancel {first.handle.job_id}", check=True)

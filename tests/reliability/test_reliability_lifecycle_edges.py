@@ -294,7 +294,7 @@ def test_a_cancel_the_cluster_cannot_do_is_reported_as_a_failure_never_as_cancel
 def test_on_kill_with_the_login_host_down_retries_then_reports_the_failure(private_sshd, cluster_ssh, capfd):  # noqa: F811
     op = make_operator(slurm_conn_id="slurm_private_sshd", command="sleep 120")
     trigger = submit_deferred(op, context(unique_dag("killdown")))
-    job_id = trigger.handle["job_id"]
+    job_id = trigger.handle.job_id
     private_sshd.stop()
     try:
         capfd.readouterr()
@@ -318,14 +318,14 @@ def test_a_reattaching_retry_keeps_the_first_submissions_max_wait(slurm_cluster,
     dag_id, run_id = unique_dag("maxwait"), f"manual__{uuid.uuid4().hex[:8]}"
     max_wait = timedelta(seconds=40)
     first = submit_deferred(make_operator(command="sleep 300", max_wait=max_wait), context(dag_id, 1, run_id))
-    submitted = slurm_submit_time(cluster_ssh, first.handle["job_id"])
+    submitted = slurm_submit_time(cluster_ssh, first.handle.job_id)
     time.sleep(6)  # the retry starts later: a budget counted from the retry would end later too
     retry = make_operator(command="sleep 300", max_wait=max_wait)
     ctx = context(dag_id, 2, run_id)
     second = submit_deferred(retry, ctx)
     try:
-        assert second.handle["job_id"] == first.handle["job_id"]  # reattached
-        assert second.handle["submitted_at"] == submitted  # Slurm's own submit time
+        assert second.handle.job_id == first.handle.job_id  # reattached
+        assert second.handle.submitted_at == submitted  # Slurm's own submit time
         assert second.deadline == submitted + max_wait.total_seconds()
         reset_pollers()
         logger, _ = collecting_logger("maxwait")
@@ -333,9 +333,9 @@ def test_a_reattaching_retry_keeps_the_first_submissions_max_wait(slurm_cluster,
         assert event.payload["status"] == "deadline"
         with pytest.raises(AirflowException, match="deadline"):
             retry.execute_complete(ctx, event.payload)
-        assert wait_for_state(slurm_cluster, cluster_ssh, first.handle["job_id"], "CANCELLED").startswith("CANCELLED")
+        assert wait_for_state(slurm_cluster, cluster_ssh, first.handle.job_id, "CANCELLED").startswith("CANCELLED")
     finally:
-        cluster_ssh(f"scancel {first.handle['job_id']}")
+        cluster_ssh(f"scancel {first.handle.job_id}")
     record_figures("max_wait_across_reattach", injections=1, retry_started_after_s=6, fresh_budget=0)
 
 
@@ -379,7 +379,7 @@ def test_a_retry_never_resubmits_an_earlier_try_job_an_admin_cancelled(slurm_clu
     dag_id, run_id = unique_dag("admcancel"), f"manual__{uuid.uuid4().hex[:8]}"
     prefix = job_prefix(dag_id)
     first = submit_deferred(make_operator(command="sleep 120"), context(dag_id, 1, run_id))
-    job_id = first.handle["job_id"]  # nobody watches it now (the first try's trigger was dropped)
+    job_id = first.handle.job_id  # nobody watches it now (the first try's trigger was dropped)
     try:
         cluster_admin(f"scancel {job_id}")
         cancelled = "CANCELLED by 0" if slurm_cluster.accounting else "CANCELLED"
@@ -392,7 +392,7 @@ def test_a_retry_never_resubmits_an_earlier_try_job_an_admin_cancelled(slurm_clu
         assert admin_named(slurm_cluster) in str(err.value), str(err.value)
         assert [j["id"] for j in jobs_settled(cluster_ssh, prefix, 1)] == [job_id]  # nothing resubmitted
         third = submit_deferred(make_operator(command="sleep 120"), context(dag_id, 3, run_id))  # a clear runs it
-        assert third.handle["job_name"].endswith("-t3")
+        assert third.handle.job_name.endswith("-t3")
     finally:
         scancel_all(cluster_ssh, prefix)
     record_figures("earlier_try_job_cancelled_by_admin", injections=1, resubmitted=0, named_uid=0)
@@ -408,8 +408,8 @@ def test_a_reattached_job_an_admin_cancels_fails_the_task_naming_who(slurm_clust
     ctx = context(dag_id, 2, run_id)
     second = submit_deferred(op, ctx)
     try:
-        assert second.handle["job_id"] == first.handle["job_id"]
-        cluster_admin(f"scancel {first.handle['job_id']}")
+        assert second.handle.job_id == first.handle.job_id
+        cluster_admin(f"scancel {first.handle.job_id}")
         reset_pollers()
         logger, _ = collecting_logger("admwatch")
         event = asyncio.run(run_trigger(second, logger, timeout=120))

@@ -84,8 +84,8 @@ def test_connection_dropped_after_sbatch_20_times_yields_exactly_20_adopted_jobs
         trigger = submit_deferred(op, ctx)
         log = "".join(capfd.readouterr())
         assert "is ambiguous" in log, log[-3000:]
-        assert f"Adopting Slurm job {trigger.handle['job_id']}" in log, log[-3000:]
-        handles.append(trigger.handle)
+        assert f"Adopting Slurm job {trigger.handle.job_id}" in log, log[-3000:]
+        handles.append(trigger.handle.to_dict())
     elapsed = time.monotonic() - started
 
     injected = drops()
@@ -143,8 +143,8 @@ def test_task_process_killed_after_submit_next_try_reattaches(slurm_cluster, clu
         op = make_operator(command="sleep 20; echo finished")
         trigger = submit_deferred(op, context(dag_id, try_number=2, run_id=run_id))
         jobs = jobs_settled(cluster_ssh, f"npa-{dag_id.replace('_', '-')}", 1, timeout=20)
-        results.append((trigger.handle, jobs))
-        cluster_ssh(f"scancel {trigger.handle['job_id']}")
+        results.append((trigger.handle.to_dict(), jobs))
+        cluster_ssh(f"scancel {trigger.handle.job_id}")
     for handle, jobs in results:
         assert [j["id"] for j in jobs] == [handle["job_id"]]  # one job: try 2 reattached to try 1's
         assert jobs[0]["name"].endswith("-t1") and handle["job_name"].endswith("-t1")
@@ -163,7 +163,7 @@ def test_login_host_down_fails_over_to_the_second_with_a_clear_log_line(slurm_cl
     assert "Login host 127.0.0.1:1 unreachable" in out + err
     assert f"failing over to 127.0.0.1:{slurm_cluster.port2}" in out + err
     (job,) = jobs_settled(cluster_ssh, f"npa-{dag_id.replace('_', '-')}", 1)
-    assert job["id"] == trigger.handle["job_id"]
+    assert job["id"] == trigger.handle.job_id
     record_figures("login_host_down", injections=1, failed_over=1, lost=0)
 
 
@@ -183,11 +183,11 @@ def test_deferral_deadline_cancels_the_job_instead_of_orphaning_it(slurm_cluster
     assert event.payload["status"] == "deadline"
     with pytest.raises(AirflowException, match="deadline"):
         op.execute_complete(ctx, event.payload)
-    (job,) = jobs_settled(cluster_ssh, trigger.handle["job_name"], 1)
+    (job,) = jobs_settled(cluster_ssh, trigger.handle.job_name, 1)
     deadline = time.monotonic() + 30
     while job["state"] not in ("CANCELLED",) and time.monotonic() < deadline:
         time.sleep(1)
-        (job,) = jobs_settled(cluster_ssh, trigger.handle["job_name"], 1, timeout=5)
+        (job,) = jobs_settled(cluster_ssh, trigger.handle.job_name, 1, timeout=5)
     assert job["state"] == "CANCELLED"
 
 
@@ -204,17 +204,17 @@ def test_retry_after_a_deferral_timeout_leaves_no_orphan(slurm_cluster, cluster_
     live = [j for j in jobs if j["state"] in ("PENDING", "RUNNING")]
     try:
         if policy == "reattach":
-            assert second.handle["job_id"] == first.handle["job_id"] and len(jobs) == 1
+            assert second.handle.job_id == first.handle.job_id and len(jobs) == 1
         else:
-            assert second.handle["job_id"] != first.handle["job_id"]
+            assert second.handle.job_id != first.handle.job_id
             states = {j["id"]: j["state"] for j in jobs}
             deadline = time.monotonic() + 20
-            while states.get(first.handle["job_id"]) != "CANCELLED" and time.monotonic() < deadline:
+            while states.get(first.handle.job_id) != "CANCELLED" and time.monotonic() < deadline:
                 time.sleep(1)
                 states = {j["id"]: j["state"] for j in jobs_settled(cluster_ssh, f"npa-{dag_id.replace('_', '-')}", 2)}
-            assert states[first.handle["job_id"]] == "CANCELLED"
+            assert states[first.handle.job_id] == "CANCELLED"
             live = [i for i, s in states.items() if s in ("PENDING", "RUNNING")]
-            assert live == [second.handle["job_id"]]
+            assert live == [second.handle.job_id]
     finally:
         for job in jobs:
             cluster_ssh(f"scancel {job['id']}")

@@ -182,7 +182,7 @@ async def test_an_api_outage_past_its_budget_leaves_the_job_for_the_next_try(
         ctx2 = task_context(dag_id, 2, run_id)
         op2 = burst_operator(ticks=60)
         trigger2 = submit_deferred(op2, ctx2)
-        assert (trigger2.handle["cluster"], trigger2.handle["job_id"]) == (cluster, job_id)
+        assert (trigger2.handle.cluster, trigger2.handle.job_id) == (cluster, job_id)
         # The triggerer reports a connection it cannot fetch as not defined: the trigger waits that out too.
         monkeypatch.delenv("AIRFLOW_CONN_SKYPILOT_DEFAULT")
         run2 = asyncio.ensure_future(run_trigger(trigger2, 900))
@@ -235,7 +235,8 @@ def test_two_deployments_with_the_same_dag_and_run_launch_two_clusters_and_each_
     try:
         for label, identity in (("staging", staging), ("prod", prod)):
             monkeypatch.setattr(d, "current_deployment", lambda identity=identity: identity)
-            handles[label] = submit_deferred(burst_operator(ticks=120), task_context(dag_id, 1, run_id)).handle
+            trigger = submit_deferred(burst_operator(ticks=120), task_context(dag_id, 1, run_id))
+            handles[label] = trigger.handle.to_dict()
         assert handles["staging"]["cluster"] != handles["prod"]["cluster"]
         monkeypatch.setattr(d, "current_deployment", lambda: prod)
         retry = submit_deferred(burst_operator(ticks=120), task_context(dag_id, 2, run_id)).handle

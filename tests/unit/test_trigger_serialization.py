@@ -79,6 +79,18 @@ LEGACY_ROWS: dict[str, tuple[str, dict]] = {
         "npa_airflow.slurm.triggers.SlurmJobTrigger",
         {**_SLURM_KWARGS, "log_offsets": {"/shared/results/run-1/slurm-42.out": 12}},
     ),
+    # The current handle, with its script and sidecar (`_SLURM_HANDLE` is the shape of before they were named).
+    "slurm-handle-with-script-and-sidecar": (
+        "npa_airflow.slurm.triggers.SlurmJobTrigger",
+        {
+            **_SLURM_KWARGS,
+            "handle": {
+                **_SLURM_HANDLE,
+                "script_path": "/shared/results/sbatch/npa-dag-task-abc1234567-t1.sbatch",
+                "env_file": "/shared/results/sidecars/npa-dag-task-abc1234567-t1.env",
+            },
+        },
+    ),
 }
 
 
@@ -192,3 +204,8 @@ def test_rows_of_earlier_versions_still_rebuild(key, trigger_table):
     classpath, kwargs = LEGACY_ROWS[key]
     current = {k: v for k, v in kwargs.items() if k != "log_offsets"}
     assert (trigger_table[key]["classpath"], trigger_table[key]["kwargs"]) == _serialized(classpath, current)
+    # the handle is read back as the same job (a row keeps the handle's dict; the trigger holds it typed)
+    from npa_airflow.slurm.handle import SlurmJobHandle
+
+    rebuilt = trigger_table[key]["kwargs"]["handle"]
+    assert SlurmJobHandle.from_dict(rebuilt) == SlurmJobHandle.from_dict(kwargs["handle"])

@@ -199,9 +199,9 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
     def cancel_held_by_qos_memory(self, event: dict[str, Any]) -> None:
         """The seed's rule for a conversion held by QOSGrpMemLimit: cancel it and say what to do, never wait."""
         from npa_airflow.slurm.enroot import qos_memory_advice
-        from npa_airflow.slurm.handle import SlurmJobHandle
+        from npa_airflow.slurm.triggers import event_handle
 
-        handle = SlurmJobHandle.from_dict(event["handle"])
+        handle = event_handle(event)
         hook = self.job_hook(handle)
         partition = self.partition or hook.config.cpu_partition or "?"
         reason = str(event.get("reason") or "QOSGrpMemLimit")

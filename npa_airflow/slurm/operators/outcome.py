@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 LOG_TAIL_BYTES = 8192
 
 
-def classify_failure(event: dict[str, Any], tail: str) -> FailureVerdict:
+def classify_failure(event: dict[str, Any], job_name: str, tail: str) -> FailureVerdict:
     """Infrastructure or program failure (with evidence and bad nodes) from the final state and the log tail."""
     from npa_airflow.common.states import JobState
     from npa_airflow.slurm.commands import SlurmJobInfo
@@ -24,7 +24,7 @@ def classify_failure(event: dict[str, Any], tail: str) -> FailureVerdict:
         state=JobState(event.get("state") or "ERROR"),
         exit_code=event.get("exit_code"),
         signal=event.get("signal"),
-        job_name=event["handle"].get("job_name"),
+        job_name=job_name,
         node_list=event.get("node_list"),
         reason=event.get("reason"),
         source="event",

@@ -209,12 +209,11 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         self, context: Context, event: dict[str, Any] | None = None, knob_index: int | None = None
     ) -> Any:
         """The probe with knob set `knob_index` ended: return its env, try the next set on a hang, or fail."""
-        from npa_airflow.slurm.handle import SlurmJobHandle
         from npa_airflow.slurm.probe import classify_probe_event, knobs_label
-        from npa_airflow.slurm.triggers import validate_event
+        from npa_airflow.slurm.triggers import event_handle, validate_event
 
         event = validate_event(event)
-        handle = SlurmJobHandle.from_dict(event["handle"])
+        handle = event_handle(event)
         if knob_index is None:
             knob_index = self._knob_index_of(context, handle.job_name)
         if knob_index >= len(self.knob_sets):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from airflow.models.taskinstancekey import TaskInstanceKey
 
-from npa_airflow.common import links
+from npa_airflow.common import links, xcom_keys
 from tests.harness.slurm_operator_doubles import handle_dict
 
 KEY = TaskInstanceKey(dag_id="d", task_id="t", run_id="manual__1", try_number=1, map_index=3)
@@ -82,14 +82,14 @@ def test_format_job_url_refuses_a_field_it_does_not_know():
 
 
 def test_slurm_link_reads_the_template_from_the_connection_extra(monkeypatch):
-    asked = _xcom(monkeypatch, {links.SLURM_XCOM_KEY: handle_dict()})
+    asked = _xcom(monkeypatch, {xcom_keys.SLURM_JOB: handle_dict()})
     read = _extras(monkeypatch, {"slurm_unit": {"job_url_template": "https://ood/{job_id}"}})
     assert links.SlurmJobLink().get_link(None, ti_key=KEY) == "https://ood/101"
-    assert asked == [links.SLURM_XCOM_KEY] and read == ["slurm_unit"]
+    assert asked == [xcom_keys.SLURM_JOB] and read == ["slurm_unit"]
 
 
 def test_slurm_link_falls_back_to_the_xcom_tab_on_an_invalid_template(monkeypatch, caplog):
-    _xcom(monkeypatch, {links.SLURM_XCOM_KEY: handle_dict()})
+    _xcom(monkeypatch, {xcom_keys.SLURM_JOB: handle_dict()})
     _extras(monkeypatch, {"slurm_unit": {"job_url_template": "https://ood/{nope}"}})
     assert links.SlurmJobLink().get_link(None, ti_key=KEY).endswith("/dags/d/runs/manual__1/tasks/t/mapped/3/xcom")
     assert "job_url_template" in caplog.text and "is invalid" in caplog.text
@@ -97,7 +97,7 @@ def test_slurm_link_falls_back_to_the_xcom_tab_on_an_invalid_template(monkeypatc
 
 @pytest.mark.parametrize("value", [None, "101", {"job_id": ""}, {"cluster": "c"}])
 def test_slurm_link_is_empty_without_a_handle_with_a_job_id(monkeypatch, value):
-    _xcom(monkeypatch, {links.SLURM_XCOM_KEY: value})
+    _xcom(monkeypatch, {xcom_keys.SLURM_JOB: value})
     assert links.SlurmJobLink().get_link(None, ti_key=KEY) == ""
 
 
@@ -121,20 +121,20 @@ def test_format_burst_url_keeps_the_endpoint_and_quotes_the_rest():
 
 
 def test_burst_link_uses_the_default_dashboard_without_a_template(monkeypatch):
-    asked = _xcom(monkeypatch, {links.BURST_XCOM_KEY: _burst_handle()})
+    asked = _xcom(monkeypatch, {xcom_keys.BURST_JOB: _burst_handle()})
     _extras(monkeypatch, {"sky": {}})
     assert links.BurstJobLink().get_link(None, ti_key=KEY) == "https://sky.example/dashboard/clusters/npa-c%201"
-    assert asked == [links.BURST_XCOM_KEY]
+    assert asked == [xcom_keys.BURST_JOB]
 
 
 def test_burst_link_uses_the_connection_template(monkeypatch):
-    _xcom(monkeypatch, {links.BURST_XCOM_KEY: _burst_handle()})
+    _xcom(monkeypatch, {xcom_keys.BURST_JOB: _burst_handle()})
     _extras(monkeypatch, {"sky": {"dashboard_url_template": "https://dash/{cluster}/{job_id}"}})
     assert links.BurstJobLink().get_link(None, ti_key=KEY) == "https://dash/npa-c%201/3"
 
 
 def test_burst_link_falls_back_to_the_default_on_an_invalid_template(monkeypatch, caplog):
-    _xcom(monkeypatch, {links.BURST_XCOM_KEY: _burst_handle()})
+    _xcom(monkeypatch, {xcom_keys.BURST_JOB: _burst_handle()})
     _extras(monkeypatch, {"sky": {"dashboard_url_template": "https://dash/{0}"}})
     assert links.BurstJobLink().get_link(None, ti_key=KEY) == "https://sky.example/dashboard/clusters/npa-c%201"
     assert "dashboard_url_template" in caplog.text
@@ -142,7 +142,7 @@ def test_burst_link_falls_back_to_the_default_on_an_invalid_template(monkeypatch
 
 @pytest.mark.parametrize("value", [None, [], _burst_handle(cluster=""), _burst_handle(endpoint=None), {"cluster": "c"}])
 def test_burst_link_is_empty_without_a_cluster_and_an_endpoint(monkeypatch, value):
-    _xcom(monkeypatch, {links.BURST_XCOM_KEY: value})
+    _xcom(monkeypatch, {xcom_keys.BURST_JOB: value})
     assert links.BurstJobLink().get_link(None, ti_key=KEY) == ""
 
 

@@ -42,3 +42,12 @@ def test_values_are_read_at_call_time():
     thing = BaseThing({}, 1.0)
     thing.poll_interval = 9.0
     assert as_trigger_row(thing, ["poll_interval"])[1] == {"poll_interval": 9.0}
+
+
+def test_a_typed_value_is_stored_as_its_dict():
+    class Handle:
+        def to_dict(self) -> dict:
+            return {"job_id": "7"}
+
+    _, kwargs = as_trigger_row(BaseThing(Handle(), 1.0), ["handle", "poll_interval"])
+    assert kwargs == {"handle": {"job_id": "7"}, "poll_interval": 1.0}

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from npa_airflow.common import xcom_keys
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.handle import XCOM_KEY, SlurmJobHandle
+from npa_airflow.slurm.handle import SlurmJobHandle
 
 GOOD = {
     "conn_id": "slurm_default",
@@ -30,7 +31,7 @@ def test_round_trip_through_json():
     data = json.loads(json.dumps(handle.to_dict()))
     assert data == GOOD
     assert SlurmJobHandle.from_dict(data) == handle
-    assert XCOM_KEY == "slurm_job"
+    assert xcom_keys.SLURM_JOB == "slurm_job"
 
 
 def test_optional_fields_default():

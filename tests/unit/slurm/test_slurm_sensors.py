@@ -40,8 +40,8 @@ def test_sensor_defers_with_a_trigger_that_never_cancels_someone_elses_job():
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(context())
     trigger = deferred.value.trigger
-    assert trigger.handle == {**handle_dict(), "script_path": None} and trigger.cancel_on_kill is False
-    assert trigger.secret_files() == ()
+    assert trigger.handle.to_dict() == {**handle_dict(), "script_path": None} and trigger.cancel_on_kill is False
+    assert trigger.handle.secret_files == ()
     assert trigger.deadline is not None
     assert sensor.execute_complete(context(), make_event_payload("success", handle_dict(), "ok")) == handle_dict()
     with pytest.raises(AirflowFailException, match="ended FAILED"):

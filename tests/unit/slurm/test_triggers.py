@@ -16,9 +16,12 @@ import pytest
 from airflow.models.trigger import Trigger
 
 from npa_airflow.common.states import JobState
+from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.poller import get_poller, offsets_file_for, reset_pollers
 from npa_airflow.slurm.triggers import (
     SlurmJobTrigger,
+    event_handle,
     make_event_payload,
     validate_event,
 )
@@ -95,6 +98,31 @@ def test_serialize_round_trip_through_the_trigger_table(tmp_path):
 
     # log_offsets is accepted (rows of earlier versions carry it) but no longer serialised
     assert set(kwargs) == set(inspect.signature(SlurmJobTrigger.__init__).parameters) - {"self", "log_offsets"}
+
+
+def test_the_trigger_holds_a_typed_handle_and_its_row_keeps_the_dict_it_was_given(tmp_path):
+    given = {**handle_for(tmp_path), "script_path": "/shared/results/sbatch/job.sbatch"}  # as the operator writes it
+    trigger = SlurmJobTrigger(handle=given, conn_id="slurm_x")
+    assert isinstance(trigger.handle, SlurmJobHandle) and trigger.handle.job_id == "42"
+    assert trigger.serialize()[1]["handle"] == given
+
+
+def test_a_handle_from_a_trigger_row_is_validated_like_a_new_one(tmp_path):
+    with pytest.raises(NpaValidationError, match="job_id"):
+        SlurmJobTrigger(handle=handle_for(tmp_path, job_id="42; scancel -u x"), conn_id="slurm_x")
+    with pytest.raises(NpaValidationError, match="unknown keys"):
+        SlurmJobTrigger(handle={**handle_for(tmp_path), "shred": ["/etc/passwd"]}, conn_id="slurm_x")
+
+
+async def test_a_trigger_row_of_an_earlier_release_still_runs(tmp_path, double):
+    """A row written before the handle named its script and sidecar rebuilds, waits and fires its event."""
+    kwargs = {"handle": handle_for(tmp_path), "conn_id": "slurm_test", "poll_interval": 0.01, "log_offsets": {}}
+    trigger = SlurmJobTrigger(**kwargs)
+    trigger._log = logging.getLogger(LOGGER)
+    double.states["42"] = JobState.COMPLETE
+    event = await first_event(trigger, double)
+    assert validate_event(event.payload)["status"] == "success"
+    assert event_handle(event.payload) == SlurmJobHandle.from_dict(kwargs["handle"])
 
 
 def test_trigger_rejects_handle_without_job_id():

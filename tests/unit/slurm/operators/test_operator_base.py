@@ -41,9 +41,9 @@ def test_fresh_submission_stages_script_and_defers_with_handle():
     assert len(submits) == 1
     assert submits[0][1] == f"/shared/results/sbatch/{name(1)}.sbatch"
     assert ctx["ti"].pushed["slurm_job"]["job_id"] == "101"
-    assert trigger.handle == ctx["ti"].pushed["slurm_job"]
+    assert trigger.handle.to_dict() == ctx["ti"].pushed["slurm_job"]
     assert trigger.require_marker == "status.json"
-    assert trigger.handle["stdout_path"] == f"/shared/results/slurm-logs/{name(1)}/main.out"
+    assert trigger.handle.stdout_path == f"/shared/results/slurm-logs/{name(1)}/main.out"
     assert hook.calls[0] == ("partitions",)  # validated before anything else touches the cluster
 
 
@@ -59,14 +59,14 @@ def test_wall_time_above_partition_max_is_refused_before_submit():
 def test_same_try_job_is_adopted_not_resubmitted():
     hook = HookDouble(existing=[job("55", name(1), JobState.RUNNING)])
     trigger = run_execute(make_op(hook), context())
-    assert trigger.handle["job_id"] == "55"
+    assert trigger.handle.job_id == "55"
     assert not [c for c in hook.calls if c[0] == "submit"]
 
 
 def test_live_job_of_earlier_try_is_reattached_by_default():
     hook = HookDouble(existing=[job("41", name(1), JobState.RUNNING)])
     trigger = run_execute(make_op(hook), context(try_number=2))
-    assert trigger.handle["job_id"] == "41" and trigger.handle["job_name"] == name(1)
+    assert trigger.handle.job_id == "41" and trigger.handle.job_name == name(1)
     assert ("find", (name(1), name(2), legacy_name(1))) in hook.calls
     assert not [c for c in hook.calls if c[0] in ("submit", "cancel")]
 
@@ -83,7 +83,7 @@ def test_a_live_job_with_this_task_s_name_but_not_its_proof_is_never_adopted_nor
     mine_too = [job("43", name(2), JobState.PENDING, comment=comment, source="squeue")]
     hook = HookDouble(existing=foreign + mine_too, submit_outcomes=[SubmitResult(job_id="42", cluster=None)])
     trigger = run_execute(make_op(hook, on_previous_try=policy), context(try_number=2))
-    assert trigger.handle["job_id"] == "42" and trigger.handle["retry_of"] is None
+    assert trigger.handle.job_id == "42" and trigger.handle.retry_of is None
     assert not [c for c in hook.calls if c[0] == "cancel"]
     logged = capfd.readouterr().out
     warnings = [line for line in logged.splitlines() if "not this task instance's job" in line]
@@ -96,7 +96,7 @@ def test_an_ended_job_accounting_keeps_without_its_comment_is_taken_as_this_task
     ended = job("41", name(1), JobState.ERROR, "FAILED", comment=None, source="sacct")
     hook = HookDouble(existing=[ended], submit_outcomes=[SubmitResult(job_id="42", cluster=None)])
     trigger = run_execute(make_op(hook), context(try_number=2))
-    assert trigger.handle["retry_of"] == "41"
+    assert trigger.handle.retry_of == "41"
 
 
 def test_the_submission_carries_this_try_s_owner_proof(monkeypatch):
@@ -120,11 +120,11 @@ def test_a_job_under_the_previous_release_s_name_is_found_once_after_the_upgrade
     old = job("41", legacy_name(1), JobState.RUNNING, comment=None, source="squeue", submitted_at=submitted)
     hook = HookDouble(existing=[old], submit_outcomes=[SubmitResult(job_id="42", cluster=None)])
     trigger = run_execute(make_op(hook), context(try_number=2))
-    assert trigger.handle["job_id"] == ("41" if adopted else "42")
+    assert trigger.handle.job_id == ("41" if adopted else "42")
     if adopted:
-        assert trigger.handle["job_name"] == legacy_name(1)
-        assert trigger.handle["script_path"] == f"/shared/results/sbatch/{legacy_name(1)}.sbatch"
-        assert trigger.handle["submitted_at"] == submitted
+        assert trigger.handle.job_name == legacy_name(1)
+        assert trigger.handle.script_path == f"/shared/results/sbatch/{legacy_name(1)}.sbatch"
+        assert trigger.handle.submitted_at == submitted
     assert not [c for c in hook.calls if c[0] == "cancel"]
 
 
@@ -135,7 +135,7 @@ def test_live_job_of_earlier_try_is_cancelled_by_option():
     )
     trigger = run_execute(make_op(hook, on_previous_try="cancel"), context(try_number=2))
     assert ("cancel", "41") in hook.calls
-    assert trigger.handle["job_id"] == "42" and trigger.handle["retry_of"] == "41"
+    assert trigger.handle.job_id == "42" and trigger.handle.retry_of == "41"
 
 
 def test_ambiguous_submission_adopts_the_one_job_that_exists():
@@ -144,7 +144,7 @@ def test_ambiguous_submission_adopts_the_one_job_that_exists():
         appear_after_ambiguous=[job("77", name(1), JobState.PENDING)],
     )
     trigger = run_execute(make_op(hook), context())
-    assert trigger.handle["job_id"] == "77"
+    assert trigger.handle.job_id == "77"
     assert len([c for c in hook.calls if c[0] == "submit"]) == 1
 
 
@@ -165,7 +165,7 @@ def test_ambiguous_submission_with_no_job_after_the_window_resubmits_once():
         submit_outcomes=[NpaAmbiguousSubmission("connection lost"), SubmitResult(job_id="90", cluster=None)]
     )
     trigger = run_execute(make_op(hook), context())
-    assert trigger.handle["job_id"] == "90"
+    assert trigger.handle.job_id == "90"
     assert len([c for c in hook.calls if c[0] == "submit"]) == 2
 
 
@@ -424,7 +424,7 @@ def test_a_reattached_job_keeps_slurms_submit_time_for_its_deadline():
     hook = HookDouble(existing=[job("41", name(1), JobState.RUNNING)], submit_times={"41": 1_796_216_400.0})
     op = make_op(hook, max_wait=timedelta(minutes=30))
     trigger = run_execute(op, context(try_number=2))
-    assert trigger.handle["submitted_at"] == 1_796_216_400.0
+    assert trigger.handle.submitted_at == 1_796_216_400.0
     assert trigger.deadline == 1_796_216_400.0 + 1800
 
 
@@ -447,7 +447,7 @@ def test_an_earlier_try_job_airflow_cancelled_is_replaced():
     )
     hook.cancelled_by_airflow.add("41")
     trigger = run_execute(make_op(hook), context(try_number=2))
-    assert trigger.handle["job_id"] == "42" and trigger.handle["retry_of"] == "41"
+    assert trigger.handle.job_id == "42" and trigger.handle.retry_of == "41"
 
 
 def canceled_event(job_id: str = "41") -> dict:
@@ -476,4 +476,4 @@ def test_a_reattached_job_airflow_cancelled_for_a_clear_is_run_again():
 
     with pytest.raises(TaskDeferred) as deferred:
         op.execute_complete(context(try_number=2), canceled_event())
-    assert deferred.value.trigger.handle["job_id"] == "42"
+    assert deferred.value.trigger.handle.job_id == "42"

@@ -61,7 +61,7 @@ def test_a_hung_probe_defers_the_next_knob_set_with_its_index_in_the_kwargs() ->
         op.probe_complete(ctx, hung, knob_index=0)
     assert deferred.value.method_name == "probe_complete"
     assert deferred.value.kwargs == {"knob_index": 1}
-    assert deferred.value.trigger.handle["job_name"] == op.job_name_for_knob_set(ctx, 1)
+    assert deferred.value.trigger.handle.job_name == op.job_name_for_knob_set(ctx, 1)
     assert "NCCL_P2P_DISABLE" in op.probe_script  # the second knob set was submitted
 
 

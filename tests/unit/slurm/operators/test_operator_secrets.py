@@ -46,14 +46,14 @@ def test_the_trigger_gets_references_and_the_handle_names_the_sidecar(secret):
     kwargs = trigger.serialize()[1]
     assert kwargs["secret_env"] == {"NPA_KEY": ref}
     assert value not in repr(kwargs) and value not in repr(ctx["ti"].pushed)
-    assert trigger.handle["env_file"] == f"/shared/results/sidecars/{name(1)}.env"
+    assert trigger.handle.env_file == f"/shared/results/sidecars/{name(1)}.env"
     assert redact_text(f"x {value} y") == "x *** y"  # registered before anything of the job is logged here
 
 
 def test_a_job_without_secrets_keeps_the_handle_shape():
     hook = HookDouble(submit_outcomes=[SubmitResult(job_id="101", cluster=None)])
     trigger = run_execute(make_op(hook), context())
-    assert "env_file" not in trigger.handle and trigger.serialize()[1]["secret_env"] == {}
+    assert trigger.handle.env_file is None and trigger.serialize()[1]["secret_env"] == {}
 
 
 def test_the_failure_message_masks_what_the_job_printed(secret, monkeypatch):
@@ -85,7 +85,7 @@ def test_every_cancel_shreds_the_sidecar_of_the_cancelled_job(secret):
     assert ("cancel", "55") in hook.calls
     assert ("shred", (f"/shared/results/sidecars/{name(1)}.env",)) in hook.calls  # the earlier try's sidecar
 
-    deadline = make_event_payload("deadline", trigger.handle, "deadline passed")
+    deadline = make_event_payload("deadline", trigger.handle.to_dict(), "deadline passed")
     with pytest.raises(Exception, match="deadline"):
         op.execute_complete(context(try_number=2), deadline)
-    assert hook.calls[-1] == ("shred", (trigger.handle["env_file"],))
+    assert hook.calls[-1] == ("shred", (trigger.handle.env_file,))

@@ -15,27 +15,30 @@ def _event(native: str, state: str = "ERROR", **over) -> dict:
     return make_event_payload("failed", handle_dict(), f"Slurm job 101 ended {native}", log_tail="", **fields)
 
 
+NAME = handle_dict()["job_name"]
+
+
 def test_a_node_failure_state_is_infrastructure_and_blames_the_allocation():
-    verdict = classify_failure(_event("NODE_FAIL"), "")
+    verdict = classify_failure(_event("NODE_FAIL"), NAME, "")
     assert verdict.is_infra
     assert "job state NODE_FAIL" in verdict.evidence
     assert verdict.bad_nodes == ("c1", "c2")
 
 
 def test_a_plain_failure_is_the_program_with_its_exit_code():
-    verdict = classify_failure(_event("FAILED", exit_code=3), "Traceback\nValueError: bad config")
+    verdict = classify_failure(_event("FAILED", exit_code=3), NAME, "Traceback\nValueError: bad config")
     assert not verdict.is_infra
     assert verdict.evidence.startswith("job 101 ended FAILED, exit code 3")
 
 
 def test_a_cancelled_job_is_not_retried():
-    verdict = classify_failure(_event("CANCELLED", state="CANCELED"), "")
+    verdict = classify_failure(_event("CANCELLED", state="CANCELED"), NAME, "")
     assert verdict.kind == "program" and "cancelled" in verdict.evidence
 
 
 def test_missing_event_fields_default_instead_of_raising():
     event = {"job_id": 101, "handle": {"job_name": "n"}}
-    verdict = classify_failure(event, "")
+    verdict = classify_failure(event, "n", "")
     assert verdict.kind == "program"
     assert "job 101 ended UNKNOWN" in verdict.evidence
 
