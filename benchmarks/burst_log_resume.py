@@ -45,7 +45,7 @@ async def _run_job(client: sky.AsyncSkyPilotClient, lines: int) -> int:
     """Launch (on the kept cluster) a job printing ``lines`` lines and wait for its end; its job id."""
     run = f"awk 'BEGIN {{ for (i = 1; i <= {lines}; i++) printf \"line %010d {LINE}\\n\", i }}'"
     spec = BurstSpec(
-        image=None, nodes=1, gpu_per_node="GPU:1", entrypoint="true", name="bench-joblog", infra="slurm/npa-local"
+        image=None, nodes=1, accelerators="GPU:1", command="true", name="bench-joblog", infra="slurm/npa-local"
     )
     launch = sky.build_launch(client.identity, dag_yaml(build_task(spec, run)), CLUSTER)
     result = await client.call(launch, timeout=1800)

@@ -5,7 +5,7 @@
 SkyPilot's own `${SKYPILOT_...}` variables stay for run time. The job name defaults to the YAML's name.
 
 Runs as-is on the local stack (`dev/cluster up`, `dev/skypilot up`, `dev/skypilot slurm`); for another
-infra, trigger with e.g. {"infra": "k8s", "gpu_per_node": "H100:8", "output_uri": "s3://<bucket>/<prefix>/"}.
+infra, trigger with e.g. {"infra": "k8s", "accelerators": "H100:8", "output_uri": "s3://<bucket>/<prefix>/"}.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ with DAG(
     tags=["npa", "burst", "example"],
     params={
         "infra": Param("slurm/npa-local", type="string"),
-        "gpu_per_node": Param("GPU:1", type="string"),
+        "accelerators": Param("GPU:1", type="string"),
         "output_uri": Param("file:///var/tmp/npa-burst-smoke/", type="string"),
     },
 ) as dag:
@@ -32,7 +32,7 @@ with DAG(
         vars={
             "NPA_RUN_ID": "{{ run_id | replace(':', '-') | replace('+', '-') }}",
             "NPA_INFRA": "{{ params.infra }}",
-            "NPA_GPU_PER_NODE": "{{ params.gpu_per_node }}",
+            "NPA_ACCELERATORS": "{{ params.accelerators }}",
             "NPA_OUTPUT_URI": "{{ params.output_uri }}{{ ds_nodash }}/",
         },
         retries=0,

@@ -8,14 +8,14 @@ explicit message when torchrun is missing in the image.
 
 from __future__ import annotations
 
-from npa_airflow.burst.task import BurstSpec, entrypoint_argv, torchrun_target
+from npa_airflow.burst.task import BurstSpec, command_argv, torchrun_target
 from npa_airflow.common.templates import template_env
 
 LAUNCHER_TEMPLATE = "burst/launcher.sh.j2"
 
 
 def render_launcher(spec: BurstSpec) -> str:
-    """The launcher script for ``spec`` (pure; the entrypoint is validated and every argument quoted)."""
-    no_python, argv = torchrun_target(entrypoint_argv(spec.entrypoint))
+    """The launcher script for ``spec`` (pure; the command is validated and every argument quoted)."""
+    no_python, argv = torchrun_target(command_argv(spec.command))
     template = template_env().get_template(LAUNCHER_TEMPLATE)
     return template.render(image=spec.image, master_port=int(spec.master_port), no_python=no_python, argv=argv)

@@ -1,17 +1,12 @@
 """Burst operators: one gang-scheduled multi-node torchrun job launched through a SkyPilot API server.
 
-``BurstTorchrunOperator`` is the seed's ``npa burst submit``; ``BurstSubmitYamlOperator`` its
-``submit-yaml``. Both validate everything before the first request, launch from the worker, push the job
-handle to XCom (key ``burst_job``), then wait in the triggerer (``BurstJobTrigger``) or, when not
-deferrable, on the worker with the same code. Kill -> cancel the launch/job and apply the teardown
-policy (``down`` for clusters the task created, ``keep`` for a pinned cluster that already existed).
+``BurstTorchrunOperator`` is the seed's ``npa burst submit``, ``BurstSubmitYamlOperator`` its ``submit-yaml``,
+``BurstNcclProbeOperator`` the all-reduce probe before the real job. What they share (launch or adopt, wait,
+cancel, teardown, ``max_wait``) is ``BurstLaunchOperatorBase`` in ``burst/base.py``.
 
-A try first looks for what earlier tries left, by their names (``burst.adoption``): a live launch or job is
-adopted (``on_previous_try="reattach"``) or cancelled (``"cancel"``), never launched beside. The outcome follows
-the Slurm side: a job that failed by itself fails the task without a retry (``AirflowFailException``, with the end
-of its log); a failed launch, a lost cluster or infrastructure evidence in the log is retried; a wait that could
-not learn the job's end (API server unreachable past its budget) is retried and leaves job and cluster running
-for the next try. The teardown policy applies only when the job ended, was cancelled, or the deadline passed.
+Arguments use the vocabulary of both backends (``command``, ``environment``, ``secret_env``, ``max_wait``); the
+old names (``entrypoint``, ``envs``, ``secret_conn_ids``, ``deadline``, and ``gpu_per_node`` for
+``accelerators``) still work with a DeprecationWarning (``npa_airflow.common.renamed``).
 
 Importing this module is cheap: no httpx, no yaml, no SkyPilot at parse time.
 """
@@ -19,322 +14,111 @@ Importing this module is cheap: no httpx, no yaml, no SkyPilot at parse time.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from npa_airflow.burst.adoption import AdoptOrLaunchMixin
-from npa_airflow.common import xcom_keys
-from npa_airflow.common.defaults import default_deferrable
-from npa_airflow.common.links import BurstJobLink
+from npa_airflow.burst.base import BurstLaunchOperatorBase
+from npa_airflow.common.renamed import renamed, require
+from npa_airflow.common.secret_env import validate_secret_env
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from npa_airflow.burst.handle import BurstJobHandle
-    from npa_airflow.burst.hook import SkyPilotHook
+    from npa_airflow.burst.task import BurstSpec
 
-
-def _seconds(value: timedelta | float | int | None, field: str) -> float | None:
-    from npa_airflow.exceptions import NpaValidationError
-
-    if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-        raise NpaValidationError(f"{field}={value!r}: give a positive number of seconds or a timedelta")
-    return float(seconds)
-
-
-class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
-    """Launch (or adopt an earlier try's launch), wait, cancel and tear down; subclasses say what task to launch
-    (``build_task_dict``)."""
-
-    operator_extra_links = (BurstJobLink(),)
-    ui_color = "#d7ecff"
-
-    def __init__(
-        self,
-        *,
-        skypilot_conn_id: str = "skypilot_default",
-        cluster_name: str | None = None,
-        teardown: str | None = None,
-        retry_until_up: bool = False,
-        on_previous_try: str = "reattach",
-        deadline: timedelta | float | None = None,
-        poll_interval: float = 15.0,
-        stream_logs: bool = True,
-        cancel_on_kill: bool = True,
-        registry_conn_id: str | None = None,
-        deferrable: bool | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        from npa_airflow.common.naming import ON_PREVIOUS_TRY
-        from npa_airflow.exceptions import NpaValidationError
-
-        if on_previous_try not in ON_PREVIOUS_TRY:
-            raise NpaValidationError(
-                f"on_previous_try={on_previous_try!r} must be one of {ON_PREVIOUS_TRY} "
-                "(adopt the earlier try's live launch or job, or cancel it before launching a new one)"
-            )
-        self.on_previous_try = on_previous_try
-        self.skypilot_conn_id = skypilot_conn_id
-        self.cluster_name = cluster_name
-        self.teardown = teardown
-        self.retry_until_up = retry_until_up
-        self.deadline = deadline
-        self.poll_interval = poll_interval
-        self.stream_logs = stream_logs
-        self.cancel_on_kill = cancel_on_kill
-        self.registry_conn_id = registry_conn_id
-        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
-        self._handle: BurstJobHandle | None = None
-        self._finished = False
-
-    @classmethod
-    def get_serialized_fields(cls) -> frozenset[str]:
-        """Airflow's fields, the connection and the pinned cluster: the API server acts on this task's launch with
-        what the serialized DAG names, never with what a handle read back from XCom names (npa_airflow.plugin)."""
-        return frozenset(super().get_serialized_fields() | {"skypilot_conn_id", "cluster_name"})
-
-    def linked_job(self) -> dict[str, Any] | None:
-        """The handle of the launch this try has (the "SkyPilot cluster" link), None before or without one."""
-        return self._handle.to_dict() if self._handle is not None else None
-
-    # -- what to launch (subclasses) ---------------------------------------------------------------------
-
-    def build_task_dict(self, context: Context, secrets: dict[str, str]) -> tuple[dict[str, Any], int]:
-        """The SkyPilot task dict (with ``secrets`` merged) and its node count."""
-        raise NotImplementedError
-
-    # -- shared ----------------------------------------------------------------------------------------------
-
-    def get_hook(self) -> SkyPilotHook:
-        from npa_airflow.burst.hook import SkyPilotHook
-
-        return SkyPilotHook(self.skypilot_conn_id)
-
-    def registry_secrets(self) -> dict[str, str]:
-        """SKYPILOT_DOCKER_* from the explicit registry connection only (never from the environment)."""
-        if not self.registry_conn_id:
-            return {}
-        from npa_airflow.burst.task import docker_login_secrets
-
-        conn = self.get_hook().get_connection(self.registry_conn_id)
-        server = conn.host or (conn.extra_dejson or {}).get("server")
-        return docker_login_secrets(server, conn.login, conn.password)
-
-    def _teardown_for(self, created: bool) -> str:
-        from npa_airflow.burst.task import TEARDOWN_POLICIES
-        from npa_airflow.exceptions import NpaValidationError
-
-        if self.teardown is None:
-            return "down" if created else "keep"
-        if self.teardown not in TEARDOWN_POLICIES:
-            raise NpaValidationError(f"teardown={self.teardown!r}: use one of {TEARDOWN_POLICIES} (or None)")
-        return self.teardown
-
-    def execute(self, context: Context) -> Any:
-        # Everything that can be wrong with the input fails here, before the first request.
-        deadline_s = _seconds(self.deadline, "deadline")
-        poll = _seconds(self.poll_interval, "poll_interval") or 15.0
-        self._teardown_for(True)
-        secrets = self.registry_secrets()
-        task, nodes = self.build_task_dict(context, secrets)
-        self.try_refs(context)  # the cluster name is valid
-        hook = self.get_hook()
-        handle = self.adopt_or_launch(hook, context, task, nodes)
-        # An adopted launch keeps its first submission time: the deadline counts from there.
-        deadline = None if deadline_s is None else (handle.submitted_at or time.time()) + deadline_s
-        if self.deferrable:
-            from npa_airflow.burst.triggers import BurstJobTrigger
-
-            trigger = BurstJobTrigger(
-                handle=handle.to_dict(),
-                poll_interval=poll,
-                deadline=deadline,
-                stream_logs=self.stream_logs,
-                cancel_on_kill=self.cancel_on_kill,
-                nodes=nodes,
-            )
-            self.defer(trigger=trigger, method_name="execute_complete")
-        return self.execute_complete(context, self._wait_here(hook, handle, poll, deadline, nodes))
-
-    def _wait_here(
-        self, hook: SkyPilotHook, handle: BurstJobHandle, poll: float, deadline: float | None, nodes: int
-    ) -> dict[str, Any]:
-        import asyncio
-
-        from npa_airflow.burst.watch import watch_job
-
-        def remember(current: BurstJobHandle) -> None:
-            self._handle = current
-
-        async def wait() -> dict[str, Any]:
-            async with hook:
-                return await watch_job(
-                    hook,
-                    handle,
-                    poll_interval=poll,
-                    deadline=deadline,
-                    stream_logs=self.stream_logs,
-                    log=self.log,
-                    nodes=nodes,
-                    on_job_id=remember,
-                )
-
-        return asyncio.run(wait())
-
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        """Turn the wait's event into the task's outcome (the Slurm side's: a program failure is not retried)."""
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
-        from npa_airflow.burst.watch import event_handle, validate_event
-
-        event = validate_event(event)
-        status, handle, message = event["status"], event_handle(event), str(event["message"])
-        self._handle = handle
-        context["ti"].xcom_push(key=xcom_keys.BURST_JOB, value=handle.to_dict())
-        job = f"burst job {handle.name} on cluster {handle.cluster}"
-        if status == "interrupted":  # the job's end is unknown: leave it and its cluster to the next try
-            self._finished = True
-            raise AirflowException(
-                f"{job}: {message}. The job and its cluster were left as they are: the next try adopts them "
-                f"(on_previous_try='reattach') or cancels them ('cancel'); to stop them by hand, run "
-                f"`sky down {handle.cluster}` against {handle.endpoint}"
-            )
-        if status == "canceled" and handle.try_name not in (None, self.try_refs(context)[-1].try_name):
-            # An adopted launch of an earlier try was cancelled: that try was cleared, which means "run again".
-            self.log.warning("The adopted %s of an earlier try was cancelled (task cleared); launching anew", job)
-            return self.execute(context)
-        tail = self._log_tail(handle) if status == "failed" else ""  # read before the teardown takes it away
-        # A deadline still has a live launch or job: cancel it; every ending applies the teardown policy.
-        self._cancel_and_teardown(handle, cancel=status == "deadline")
-        self._finished = True
-        if status == "success":
-            self.log.info("%s", message)
-            return handle.to_dict()
-        if status == "deadline":
-            raise AirflowException(
-                f"{job}: {message}; the author-set deadline of {self.deadline} passed, so it was cancelled "
-                f"(teardown={handle.teardown})"
-            )
-        if status == "canceled":
-            raise AirflowFailException(f"{job} was cancelled outside Airflow ({message}); not retried")
-        return self._fail(handle, event, message, tail)
-
-    def _fail(self, handle: BurstJobHandle, event: dict[str, Any], message: str, tail: str) -> Any:
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
-        from npa_airflow.burst.outcome import classify_burst_failure
-
-        verdict = classify_burst_failure(event.get("native_state"), message, tail)
-        shown = f"\n--- last lines of the job's output ---\n{tail}" if tail else ""
-        if verdict.is_infra:
-            raise AirflowException(
-                f"burst job {handle.name} failed for an infrastructure reason ({verdict.evidence}){shown}"
-            )
-        raise AirflowFailException(f"{message}: a program failure, not retried.{shown}")
-
-    def _log_tail(self, handle: BurstJobHandle) -> str:
-        from npa_airflow.burst.outcome import read_log_tail
-
-        with self.get_hook() as hook:
-            return read_log_tail(hook, handle, self.log)
-
-    def _cancel_and_teardown(self, handle: BurstJobHandle, *, cancel: bool) -> None:
-        with self.get_hook() as hook:
-            hook.cancel_and_teardown(handle, self.log, cancel=cancel, teardown=True)
-
-    def on_kill(self) -> None:
-        """The worker is killing the task (non-deferrable wait, or before deferring): cancel and tear down."""
-        handle = self._handle
-        if handle is None or self._finished or not self.cancel_on_kill:
-            return
-        self._finished = True
-        try:
-            self._cancel_and_teardown(handle, cancel=True)
-        except Exception:
-            self.log.exception("Cancelling burst job %s failed", handle.to_json())
+__all__ = ["BurstLaunchOperatorBase", "BurstNcclProbeOperator", "BurstSubmitYamlOperator", "BurstTorchrunOperator"]
 
 
 class BurstTorchrunOperator(BurstLaunchOperatorBase):
-    """Run ``entrypoint`` under torchrun on ``nodes`` nodes with ``gpu_per_node`` GPUs each (SkyPilot).
+    """Run ``command`` under torchrun on ``nodes`` nodes, each with the accelerators ``accelerators`` (SkyPilot).
 
     :param image: container image (a plain reference becomes ``docker:<image>``); torchrun must be in it.
     :param nodes: node count (gang-scheduled: all or nothing).
-    :param gpu_per_node: SkyPilot accelerator spec per node, ``NAME:COUNT`` (e.g. ``H100:8``).
-    :param entrypoint: the single-process training command (no torchrun, no MASTER_ADDR/RANK/...).
+    :param accelerators: SkyPilot accelerator spec per node, ``NAME:COUNT`` (e.g. ``H100:8``): a GPU type and
+        count, unlike Slurm's ``gpus_per_node`` (a count). Old name: ``gpu_per_node``.
+    :param command: the single-process training command, run under torchrun on every node (no torchrun, no
+        MASTER_ADDR/RANK/...). Old name: ``entrypoint``.
     :param name: job name (default: the task id).
-    :param envs: environment for the job (no distributed or registry variables).
-    :param secret_conn_ids: ``{ENV_NAME: conn_id}``: the connection's password becomes a SkyPilot secret.
+    :param environment: environment for the job (no distributed or registry variables). Old name: ``envs``.
+    :param secret_env: ``{ENV_NAME: "conn:CONN_ID[:field]" | "var:NAME"}`` (field default: the password), as on
+        Slurm: each value becomes a SkyPilot secret. Old name: ``secret_conn_ids`` (``{ENV_NAME: conn_id}``, the
+        connection's password, which is ``"conn:CONN_ID"``).
     :param infra: SkyPilot infra pin, e.g. ``k8s``, ``slurm/<cluster>``, ``aws/us-east-1``.
     :param cluster_name: run on this cluster (kept afterwards if it existed); default a fresh one per try.
     :param workdir: / :param file_mounts: synced to the cluster by SkyPilot.
     :param teardown: ``down`` | ``keep`` | None (down for clusters the task created, else keep).
     :param retry_until_up: keep retrying provisioning until capacity appears.
     :param on_previous_try: a live launch or job of an earlier try is adopted ("reattach") or cancelled ("cancel").
-    :param deadline: seconds (or timedelta) from launch after which the job is cancelled and the task fails.
+    :param max_wait: seconds (or timedelta) from launch after which the job is cancelled and the task fails.
+        Old name: ``deadline``.
     :param registry_conn_id: registry credentials (host = server, login, password) for a private image.
     :param master_port: rendezvous port on the master node.
     """
 
     template_fields: Sequence[str] = (
         "image",
-        "gpu_per_node",
-        "entrypoint",
+        "accelerators",
+        "command",
         "job_name",
-        "envs",
+        "environment",
         "infra",
         "cluster_name",
         "workdir",
         "file_mounts",
     )
-    template_fields_renderers = {"envs": "json", "file_mounts": "json"}
+    template_fields_renderers = {"environment": "json", "file_mounts": "json"}
 
     def __init__(
         self,
         *,
-        image: str,
+        image: str | None,
         nodes: int,
-        gpu_per_node: str,
-        entrypoint: str,
+        accelerators: str | None = None,
+        command: str | None = None,
         name: str | None = None,
-        envs: Mapping[str, Any] | None = None,
-        secret_conn_ids: Mapping[str, str] | None = None,
+        environment: Mapping[str, Any] | None = None,
+        secret_env: Mapping[str, str] | None = None,
         infra: str | None = None,
         workdir: str | None = None,
         file_mounts: Mapping[str, str] | None = None,
         master_port: int = 29500,
+        gpu_per_node: str | None = None,  # the old names: accelerators, command, environment, secret_env
+        entrypoint: str | None = None,
+        envs: Mapping[str, Any] | None = None,
+        secret_conn_ids: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        owner = f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})"
+        defaults = kwargs.get("default_args")
+        accelerators = renamed(owner, "accelerators", accelerators, "gpu_per_node", gpu_per_node, defaults)
+        command = renamed(owner, "command", command, "entrypoint", entrypoint, defaults)
+        environment = renamed(owner, "environment", environment, "envs", envs, defaults)
+        secrets = renamed(owner, "secret_env", secret_env, "secret_conn_ids", secret_conn_ids, defaults)
+        if secrets is not None and secrets is secret_conn_ids:
+            secrets = _conn_ids_as_secret_env(secret_conn_ids)
         super().__init__(**kwargs)
         self.image = image
         self.nodes = nodes
-        self.gpu_per_node = gpu_per_node
-        self.entrypoint = entrypoint
+        self.accelerators = require(owner, "accelerators", accelerators)
+        self.command = require(owner, "command", command)
         self.job_name = name or self.task_id.replace(".", "-")
-        self.envs = dict(envs or {})
-        self.secret_conn_ids = dict(secret_conn_ids or {})
+        self.environment = dict(environment or {})
+        self.secret_env = validate_secret_env(secrets)
         self.infra = infra
         self.workdir = workdir
         self.file_mounts = dict(file_mounts or {})
         self.master_port = master_port
 
-    def spec(self):
+    def spec(self) -> BurstSpec:
         from npa_airflow.burst.task import BurstSpec
 
         return BurstSpec(
             image=self.image,
             nodes=self.nodes,
-            gpu_per_node=self.gpu_per_node,
-            entrypoint=self.entrypoint,
+            accelerators=self.accelerators,
+            command=self.command,
             name=self.job_name,
-            envs=self.envs,
+            environment=self.environment,
             infra=self.infra or None,
             workdir=self.workdir,
             file_mounts=self.file_mounts,
@@ -343,16 +127,10 @@ class BurstTorchrunOperator(BurstLaunchOperatorBase):
 
     def _secret_values(self) -> dict[str, str]:
         from npa_airflow.burst.task import validate_envs
-        from npa_airflow.exceptions import NpaValidationError
+        from npa_airflow.common.secret_env import resolve_secret_env
 
-        validate_envs(dict.fromkeys(self.secret_conn_ids, ""), "secret_conn_ids")
-        secrets = {}
-        for env_name, conn_id in self.secret_conn_ids.items():
-            password = self.get_hook().get_connection(conn_id).password
-            if not password:
-                raise NpaValidationError(f"secret_conn_ids[{env_name!r}]: connection {conn_id!r} has no password")
-            secrets[env_name] = password
-        return secrets
+        validate_envs(dict.fromkeys(self.secret_env, ""), "secret_env")
+        return resolve_secret_env(self.secret_env)
 
     def build_task_dict(self, context: Context, secrets: dict[str, str]) -> tuple[dict[str, Any], int]:
         from npa_airflow.burst.launcher import render_launcher
@@ -362,6 +140,15 @@ class BurstTorchrunOperator(BurstLaunchOperatorBase):
         launcher = render_launcher(spec)
         self.log.info("Launcher (the task's run command):\n%s", launcher)
         return build_task(spec, launcher, {**self._secret_values(), **secrets}), spec.nodes
+
+
+def _conn_ids_as_secret_env(secret_conn_ids: Any) -> dict[str, str]:
+    """The old ``secret_conn_ids`` ({ENV_NAME: conn_id}: the connection's password) as ``secret_env``."""
+    from npa_airflow.exceptions import NpaValidationError
+
+    if not isinstance(secret_conn_ids, Mapping) or not all(isinstance(c, str) for c in secret_conn_ids.values()):
+        raise NpaValidationError(f"secret_conn_ids={secret_conn_ids!r} must map ENV_NAME -> connection id")
+    return {name: f"conn:{conn_id}" for name, conn_id in secret_conn_ids.items()}
 
 
 class BurstSubmitYamlOperator(BurstLaunchOperatorBase):
@@ -442,12 +229,22 @@ class BurstNcclProbeOperator(BurstTorchrunOperator):
     otherwise. Pin ``cluster_name`` and ``teardown="keep"`` to probe the cluster the real job will use.
     """
 
-    def __init__(self, *, probe_dir: str | None = None, collective_timeout: int = 300, **kwargs: Any) -> None:
-        kwargs.setdefault("entrypoint", "nccl_allreduce_probe.py")
-        envs = dict(kwargs.pop("envs", None) or {})
-        envs.setdefault("NPA_PROBE_COLLECTIVE_TIMEOUT", str(int(collective_timeout)))
+    def __init__(
+        self,
+        *,
+        probe_dir: str | None = None,
+        collective_timeout: int = 300,
+        environment: Mapping[str, Any] | None = None,
+        envs: Mapping[str, Any] | None = None,  # the old name of environment
+        **kwargs: Any,
+    ) -> None:
+        owner = f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})"
+        environment = dict(renamed(owner, "environment", environment, "envs", envs, kwargs.get("default_args")) or {})
+        environment.setdefault("NPA_PROBE_COLLECTIVE_TIMEOUT", str(int(collective_timeout)))
+        if kwargs.get("command") is None and kwargs.get("entrypoint") is None:
+            kwargs["command"] = "nccl_allreduce_probe.py"
         if probe_dir is None:
             from npa_airflow.common.templates import templates_dir
 
             probe_dir = str(templates_dir() / "probe")
-        super().__init__(workdir=probe_dir, envs=envs, **kwargs)
+        super().__init__(workdir=probe_dir, environment=environment, **kwargs)

@@ -1,6 +1,7 @@
 """Burst specs and SkyPilot task documents (pure: no I/O beyond reading a YAML file the author names).
 
-``BurstSpec`` is the validated form of the seed's ``npa burst submit`` arguments; ``build_task`` turns it
+``BurstSpec`` is the validated form of the seed's ``npa burst submit`` arguments (named as the operators name
+them: ``--gpu-per-node`` is ``accelerators``, ``--entrypoint`` is ``command``); ``build_task`` turns it
 into a SkyPilot task dict whose ``run`` is the generated torchrun launcher. ``load_task_yaml`` and
 ``substitute_vars`` are the seed's ``submit-yaml``: exactly one task document, ``${VAR}`` placeholders
 filled from ``vars``, and a refusal while any non-runtime placeholder is left.
@@ -18,7 +19,7 @@ import yaml
 
 from npa_airflow.exceptions import NpaValidationError
 
-# The variables the launcher owns. An entrypoint or env that sets them would fight the rendezvous.
+# The variables the launcher owns. A command or environment that sets them would fight the rendezvous.
 DISTRIBUTED_VARS = (
     "MASTER_ADDR",
     "MASTER_PORT",
@@ -77,42 +78,43 @@ def image_id(image: str | None) -> str | None:
     return image if image.startswith("docker:") else f"docker:{image}"
 
 
-def validate_accelerators(spec: str) -> str:
+def validate_accelerators(spec: str, field_name: str = "accelerators") -> str:
     advice = (
         "use a SkyPilot accelerator spec NAME:COUNT per node, e.g. 'H100:8' or 'L40S:1' "
         "(ask the cluster which names it advertises)"
     )
-    return _stripped_match("gpu_per_node", spec, _ACCELERATOR_RE, advice)
+    return _stripped_match(field_name, spec, _ACCELERATOR_RE, advice)
 
 
-def entrypoint_argv(entrypoint: str) -> list[str]:
-    """Split and check an entrypoint; it must be a single-process command, not a launcher of its own."""
-    if not isinstance(entrypoint, str) or not entrypoint.strip():
-        raise _bad("entrypoint", entrypoint, "give the training command, e.g. 'python train.py --config c.yaml'")
-    match = _SETS_DISTRIBUTED_RE.search(entrypoint)
+def command_argv(command: str) -> list[str]:
+    """Split and check the command the launcher runs under torchrun: a single-process command, not a launcher of
+    its own."""
+    if not isinstance(command, str) or not command.strip():
+        raise _bad("command", command, "give the training command, e.g. 'python train.py --config c.yaml'")
+    match = _SETS_DISTRIBUTED_RE.search(command)
     if match:
         raise _bad(
-            "entrypoint",
-            entrypoint,
+            "command",
+            command,
             f"it sets {match.group(1)}; the burst launcher exports {', '.join(DISTRIBUTED_VARS[:4])} itself "
             "from SkyPilot's node environment. Remove the assignment",
         )
     try:
-        argv = shlex.split(entrypoint)
+        argv = shlex.split(command)
     except ValueError as exc:
-        raise _bad("entrypoint", entrypoint, f"cannot be split into arguments ({exc}); check the quoting") from exc
+        raise _bad("command", command, f"cannot be split into arguments ({exc}); check the quoting") from exc
     for i, token in enumerate(argv):
         base = token.rsplit("/", 1)[-1]
         is_module_launch = base in _TORCHRUN_MODULES and i > 0 and argv[i - 1] == "-m"
         if base == "torchrun" or is_module_launch:
             raise _bad(
-                "entrypoint",
-                entrypoint,
-                "it calls torchrun itself; the burst launcher already runs the entrypoint under torchrun "
+                "command",
+                command,
+                "it calls torchrun itself; the burst launcher already runs the command under torchrun "
                 "with --nnodes/--node-rank/--master-addr set. Pass the single-process command instead",
             )
     if argv and (argv[0] == "env" or "=" in argv[0]):
-        raise _bad("entrypoint", entrypoint, "environment assignments belong in envs=, not in the command")
+        raise _bad("command", command, "environment assignments belong in environment=, not in the command")
     return argv
 
 
@@ -124,7 +126,7 @@ def torchrun_target(argv: list[str]) -> tuple[bool, list[str]]:
     return True, argv
 
 
-def validate_envs(envs: Mapping[str, Any] | None, field_name: str = "envs") -> dict[str, str]:
+def validate_envs(envs: Mapping[str, Any] | None, field_name: str = "environment") -> dict[str, str]:
     result: dict[str, str] = {}
     for key, value in (envs or {}).items():
         if not isinstance(key, str) or not _ENV_NAME_RE.fullmatch(key):
@@ -165,10 +167,10 @@ class BurstSpec:
 
     image: str | None
     nodes: int
-    gpu_per_node: str
-    entrypoint: str
+    accelerators: str
+    command: str
     name: str
-    envs: Mapping[str, str] = field(default_factory=dict)
+    environment: Mapping[str, str] = field(default_factory=dict)
     infra: str | None = None
     workdir: str | None = None
     file_mounts: Mapping[str, str] = field(default_factory=dict)
@@ -178,10 +180,10 @@ class BurstSpec:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= 512:
             raise _bad("nodes", self.nodes, "give a whole number of nodes between 1 and 512")
         image_id(self.image)
-        validate_accelerators(self.gpu_per_node)
-        entrypoint_argv(self.entrypoint)
+        validate_accelerators(self.accelerators)
+        command_argv(self.command)
         validate_job_name(self.name)
-        validate_envs(self.envs)
+        validate_envs(self.environment)
         if self.infra is not None and (not isinstance(self.infra, str) or not self.infra.strip()):
             raise _bad("infra", self.infra, "give e.g. 'k8s', 'slurm/<cluster>' or 'aws/us-east-1', or None")
         if isinstance(self.master_port, bool) or not isinstance(self.master_port, int):
@@ -192,14 +194,10 @@ class BurstSpec:
             if not isinstance(remote, str) or not isinstance(local, str) or not remote or not local:
                 raise _bad("file_mounts", {remote: local}, "map a remote path to a local path or bucket URI")
 
-    @property
-    def accelerators(self) -> str:
-        return validate_accelerators(self.gpu_per_node)
-
 
 def build_task(spec: BurstSpec, run: str, secrets: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The SkyPilot task dict for ``spec`` with ``run`` as its command (the rendered launcher)."""
-    resources: dict[str, Any] = {"accelerators": spec.accelerators}
+    resources: dict[str, Any] = {"accelerators": validate_accelerators(spec.accelerators)}
     if spec.image is not None:
         resources["image_id"] = image_id(spec.image)
     if spec.infra:
@@ -210,7 +208,7 @@ def build_task(spec: BurstSpec, run: str, secrets: Mapping[str, str] | None = No
         "resources": resources,
         "run": run,
     }
-    envs = validate_envs(spec.envs)
+    envs = validate_envs(spec.environment)
     if envs:
         task["envs"] = envs
     if secrets:

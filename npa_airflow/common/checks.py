@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
+from datetime import timedelta
 from typing import Any
 
 from npa_airflow.exceptions import NpaValidationError
@@ -21,3 +23,15 @@ def field_mismatch(record_type: Any, data: Mapping[str, Any], required: Iterable
     """(keys of ``data`` that are not fields of the dataclass ``record_type``, ``required`` keys it lacks)."""
     known = {f.name for f in fields(record_type)}
     return sorted(set(data) - known), [name for name in required if name not in data]
+
+
+def positive_duration(value: Any, field: str) -> timedelta | None:
+    """``value`` (a ``timedelta`` or a number of seconds) as a positive ``timedelta``; None stays None."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+        raise NpaValidationError(
+            f"{field}={value!r} must be a positive datetime.timedelta or a positive number of seconds"
+        )
+    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)

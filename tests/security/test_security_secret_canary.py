@@ -218,8 +218,8 @@ def test_burst_launch_leaks_neither_registry_password_nor_api_token(skypilot_end
         with DAG("npa_secret_canary_burst", schedule=None, start_date=START, catchup=False) as dag:
             BurstTorchrunOperator(
                 task_id="train", skypilot_conn_id="skypilot_canary", registry_conn_id="registry_canary",
-                image="registry.example.com/team/train:1", nodes=2, gpu_per_node="H100:8",
-                entrypoint="python train.py", infra="aws", cluster_name={cluster!r}, poll_interval=1, retries=0,
+                image="registry.example.com/team/train:1", nodes=2, accelerators="H100:8",
+                command="python train.py", infra="aws", cluster_name={cluster!r}, poll_interval=1, retries=0,
             )
         """
     )

@@ -38,7 +38,7 @@ def burst_operator(ticks: int = 20, exit_code: int = 0, **kwargs):
     from npa_airflow.burst.operators import BurstSubmitYamlOperator
 
     variables = {"NPA_INFRA": kwargs.pop("infra", SLURM_INFRA), "NPA_TICKS": ticks, "NPA_EXIT": exit_code}
-    defaults = dict(task_id="train", yaml_path=str(TASK_YAML), vars=variables, poll_interval=2, deadline=900)
+    defaults = dict(task_id="train", yaml_path=str(TASK_YAML), vars=variables, poll_interval=2, max_wait=900)
     defaults.update(kwargs)
     return BurstSubmitYamlOperator(**defaults)
 

@@ -83,7 +83,7 @@ async def _wait_for(predicate, timeout: float, what: str) -> None:
 
 
 async def _launch(endpoint: str, infra: str, name: str, ticks: int, period: float) -> BurstJobHandle:
-    spec = BurstSpec(image=None, nodes=1, gpu_per_node="GPU:1", entrypoint="true", name=name, infra=infra)
+    spec = BurstSpec(image=None, nodes=1, accelerators="GPU:1", command="true", name=name, infra=infra)
     task = build_task(spec, ticker(ticks, period))
     async with sky.AsyncSkyPilotClient(endpoint) as client:
         request_id = await client.submit(sky.build_launch(client.identity, dag_yaml(task), CLUSTER))

@@ -74,8 +74,8 @@ async def test_kill_cancels_and_tears_down_but_a_triggerer_restart_does_not(
     spec = BurstSpec(
         image=None,
         nodes=2,
-        gpu_per_node="GPU:1",
-        entrypoint="python3 -c 'import time; time.sleep(900)'",
+        accelerators="GPU:1",
+        command="python3 -c 'import time; time.sleep(900)'",
         name="cancel-me",
         master_port=29723,
         infra=skypilot_slurm,
@@ -155,7 +155,7 @@ def test_deadline_cancels_tears_down_and_fails_clearly(skypilot_server, skypilot
     out = run_dag_test(airflow_home, DAGS / "burst_local_slurm.py", "npa_burst_slurm_deadline", timeout=1200)
     log = out["log"]
     assert out["states"] == {"sleeper": "failed"}, log[-8000:]
-    assert "the author-set deadline of 120 passed, so it was cancelled (teardown=down)" in log
+    assert "max_wait=0:02:00 passed since the launch, so it was cancelled (teardown=down)" in log
     assert "Cluster npa-e2e-deadline torn down" in log
     assert "npa-e2e-deadline" not in clusters(skypilot_server)
     assert wait_no_slurm_jobs("npa-e2e-deadline") == []

@@ -82,3 +82,18 @@ def test_every_example_file_defines_a_dag(airflow_cli):
     files_with_dags = {str(Path(d["fileloc"]).resolve().relative_to(EXAMPLES.resolve())) for d in dags}
     without = sorted(_example_files() - files_with_dags)
     assert not without, f"these example files define no DAG: {without}"
+
+
+def test_examples_use_the_current_argument_names():
+    """The examples teach the one vocabulary: no argument under an old name (npa_airflow.common.renamed)."""
+    import ast
+
+    from npa_airflow.common.renamed import BURST_RENAMED
+
+    old = []
+    for name in sorted(_example_files()):
+        tree = ast.parse((EXAMPLES / name).read_text(), name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                old += [f"{name}:{node.lineno} {kw.arg}=" for kw in node.keywords if kw.arg in BURST_RENAMED]
+    assert not old, f"old argument names in dags_examples/ (use {dict(BURST_RENAMED)}): {old}"

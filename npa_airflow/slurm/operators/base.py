@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseOperator
 
 from npa_airflow.common import xcom_keys
+from npa_airflow.common.checks import positive_duration
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import SlurmJobLink
 from npa_airflow.common.naming import ON_PREVIOUS_TRY
@@ -56,9 +57,10 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
     :param poll_interval: seconds between polls while the job runs (the shared poller has a 2 s floor).
     :param on_previous_try: a live job of an earlier try is adopted ("reattach") or cancelled ("cancel").
     :param success_marker: for COMPLETED jobs, also require this file (relative to the results dir).
-    :param max_wait: how long after submission to wait before cancelling the job and failing the task
-        (default: the execution timeout, else the wall time plus 24 h of queueing). It counts from the job's
-        submission as Slurm recorded it, so a retry that reattaches to an earlier try's job gets no new budget.
+    :param max_wait: how long after submission to wait before cancelling the job and failing the task, a
+        ``timedelta`` or seconds (default: the execution timeout, else the wall time plus 24 h of queueing). It
+        counts from the job's submission as Slurm recorded it, so a retry that reattaches to an earlier try's job
+        gets no new budget.
     :param stream_logs: copy the job's stdout/stderr into the task log as it appears.
     :param cancel_on_kill: scancel the job when the task is killed (mark failed/success, clear).
     """
@@ -75,7 +77,7 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
         poll_interval: float = 15.0,
         on_previous_try: str = "reattach",
         success_marker: str | None = None,
-        max_wait: timedelta | None = None,
+        max_wait: timedelta | float | None = None,
         stream_logs: bool = True,
         cancel_on_kill: bool = True,
         **kwargs: Any,
@@ -88,14 +90,12 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
             )
         if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
             raise NpaValidationError(f"poll_interval={poll_interval!r} must be a positive number of seconds")
-        if max_wait is not None and (not isinstance(max_wait, timedelta) or max_wait <= timedelta(0)):
-            raise NpaValidationError(f"max_wait={max_wait!r} must be a positive datetime.timedelta")
         self.slurm_conn_id = slurm_conn_id
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self.poll_interval = float(poll_interval)
         self.on_previous_try = on_previous_try
         self.success_marker = success_marker
-        self.max_wait = max_wait
+        self.max_wait = positive_duration(max_wait, "max_wait")
         self.stream_logs = stream_logs
         self.cancel_on_kill = cancel_on_kill
         self._handle: SlurmJobHandle | None = None

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from npa_airflow.common.secret_env import resolve_secret_env, validate_secret_env
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.operators.job import fail_task
-from npa_airflow.slurm.secret_env import resolve_secret_env, validate_secret_env
 
 __all__ = ["SlurmEnrootCredentialsOperator", "resolve_secret_env", "validate_secret_env"]
 

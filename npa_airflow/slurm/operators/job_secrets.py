@@ -30,7 +30,7 @@ class JobSecretsMixin:
 
         False when they could not be read: the caller then writes nothing of the job's output it read itself.
         """
-        from npa_airflow.slurm.secret_env import mask_secret_env
+        from npa_airflow.common.secret_env import mask_secret_env
 
         refs = self.secret_references()
         if refs and not self._secrets_masked:

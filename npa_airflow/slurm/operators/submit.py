@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from npa_airflow.common.secret_env import validate_secret_env
 from npa_airflow.slurm import layout
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, results_root_for
-from npa_airflow.slurm.secret_env import validate_secret_env
 
 if TYPE_CHECKING:
     import jinja2
@@ -233,7 +233,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def job_environment(self, hook: SlurmHook) -> JobEnvironment:
         """The connection's settings (the hook's one read) and the resolved `secret_env` values."""
-        from npa_airflow.slurm.secret_env import resolve_secret_env
+        from npa_airflow.common.secret_env import resolve_secret_env
 
         secrets = resolve_secret_env(self.secret_env) if self.secret_env else {}
         self.mask_job_secrets(secrets.values())  # before anything of the job is logged in this process

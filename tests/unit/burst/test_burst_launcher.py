@@ -22,8 +22,8 @@ def spec(**overrides):
     args = dict(
         image="nvcr.io/nvidia/pytorch:25.01-py3",
         nodes=2,
-        gpu_per_node="H100:8",
-        entrypoint="python allreduce_probe.py",
+        accelerators="H100:8",
+        command="python allreduce_probe.py",
         name="demo",
     )
     args.update(overrides)
@@ -37,15 +37,15 @@ def free_port() -> int:
 
 
 def test_rendered_launcher_is_valid_bash_and_quotes_every_argument():
-    script = render_launcher(spec(entrypoint="python train.py --name 'a b' --glob '*.yaml' --x '$(id)'"))
+    script = render_launcher(spec(command="python train.py --name 'a b' --glob '*.yaml' --x '$(id)'"))
     assert subprocess.run(["bash", "-n"], input=script.encode()).returncode == 0
     assert "  --no-python \\\n  python \\\n  train.py \\\n  --name \\\n  'a b' \\\n  --glob \\\n  '*.yaml'" in script
     assert "'$(id)'" in script
     assert "MASTER_PORT=29500" in script
 
 
-def test_bare_script_entrypoint_lets_torchrun_pick_the_interpreter():
-    script = render_launcher(spec(entrypoint="train.py --epochs 1"))
+def test_bare_script_command_lets_torchrun_pick_the_interpreter():
+    script = render_launcher(spec(command="train.py --epochs 1"))
     assert "--no-python" not in script
     assert "  train.py \\\n  --epochs \\\n  1\n" in script
 

@@ -12,7 +12,7 @@ def test_probe_operator_runs_the_slurm_sides_all_reduce_script_under_the_launche
     from npa_airflow.burst.operators import BurstNcclProbeOperator
     from npa_airflow.burst.task import build_task
 
-    op = BurstNcclProbeOperator(task_id="probe", image=None, nodes=2, gpu_per_node="H100:8", collective_timeout=60)
+    op = BurstNcclProbeOperator(task_id="probe", image=None, nodes=2, accelerators="H100:8", collective_timeout=60)
     spec = op.spec()
     assert (Path(spec.workdir) / "nccl_allreduce_probe.py").is_file()
     task = build_task(spec, render_launcher(spec))
@@ -25,7 +25,7 @@ def _operator(client, **kwargs):
     from npa_airflow.burst.operators import BurstTorchrunOperator
 
     op = BurstTorchrunOperator(
-        task_id="train", image=None, nodes=1, gpu_per_node="GPU:1", entrypoint="python t.py", **kwargs
+        task_id="train", image=None, nodes=1, accelerators="GPU:1", command="python t.py", **kwargs
     )
     op.get_hook = lambda: SkyPilotHook(client=client)
     return op

@@ -8,9 +8,9 @@ import yaml
 from npa_airflow.burst.task import (
     BurstSpec,
     build_task,
+    command_argv,
     dag_yaml,
     docker_login_secrets,
-    entrypoint_argv,
     image_id,
     load_task_yaml,
     redacted,
@@ -24,8 +24,8 @@ def spec(**overrides):
     args = dict(
         image="nvcr.io/nvidia/pytorch:25.01-py3",
         nodes=2,
-        gpu_per_node="H100:8",
-        entrypoint="python train.py --config configs/run.yaml",
+        accelerators="H100:8",
+        command="python train.py --config configs/run.yaml",
         name="demo",
     )
     args.update(overrides)
@@ -45,8 +45,8 @@ def test_bad_image_is_rejected_naming_the_field(image):
 
 @pytest.mark.parametrize("gpus", ["H100", "H100:0", "H100:x", ":8", "H100:8:1", 8])
 def test_bad_accelerator_spec_is_rejected(gpus):
-    with pytest.raises(NpaValidationError, match=r"gpu_per_node=.*NAME:COUNT"):
-        spec(gpu_per_node=gpus)
+    with pytest.raises(NpaValidationError, match=r"accelerators=.*NAME:COUNT"):
+        spec(accelerators=gpus)
 
 
 @pytest.mark.parametrize("nodes", [0, -1, True, "2", 513])
@@ -56,7 +56,7 @@ def test_bad_node_count_is_rejected(nodes):
 
 
 @pytest.mark.parametrize(
-    "entrypoint, why",
+    "command, why",
     [
         ("torchrun --nproc-per-node 8 train.py", "calls torchrun"),
         ("/opt/conda/bin/torchrun train.py", "calls torchrun"),
@@ -65,18 +65,18 @@ def test_bad_node_count_is_rejected(nodes):
         ("MASTER_ADDR=10.0.0.1 python train.py", "sets MASTER_ADDR"),
         ("export WORLD_SIZE=16; python train.py", "sets WORLD_SIZE"),
         ("env RANK=0 python train.py", "sets RANK"),
-        ("FOO=1 python train.py", "environment assignments belong in envs"),
+        ("FOO=1 python train.py", "environment assignments belong in environment="),
         ("python 'unterminated", "check the quoting"),
         ("   ", "give the training command"),
     ],
 )
-def test_entrypoints_that_fight_the_launcher_are_rejected(entrypoint, why):
+def test_commands_that_fight_the_launcher_are_rejected(command, why):
     with pytest.raises(NpaValidationError, match=why):
-        entrypoint_argv(entrypoint)
+        command_argv(command)
 
 
-def test_entrypoint_mentioning_rank_in_an_argument_is_fine():
-    assert entrypoint_argv("python train.py --rank-file ranks.txt --world-size-hint 4")[0] == "python"
+def test_command_mentioning_rank_in_an_argument_is_fine():
+    assert command_argv("python train.py --rank-file ranks.txt --world-size-hint 4")[0] == "python"
 
 
 def test_python_commands_run_as_is_and_bare_scripts_go_to_torchrun():
@@ -87,14 +87,14 @@ def test_python_commands_run_as_is_and_bare_scripts_go_to_torchrun():
 
 
 @pytest.mark.parametrize("key", ["MASTER_PORT", "RANK", "SKYPILOT_DOCKER_PASSWORD", "1BAD"])
-def test_envs_may_not_set_launcher_or_registry_variables(key):
-    with pytest.raises(NpaValidationError, match=f"envs='{key}'"):
-        spec(envs={key: "x"})
+def test_environment_may_not_set_launcher_or_registry_variables(key):
+    with pytest.raises(NpaValidationError, match=f"environment='{key}'"):
+        spec(environment={key: "x"})
 
 
 def test_build_task_shape():
     task = build_task(
-        spec(envs={"HF_HOME": "/data/hf"}, infra="slurm/local"), run="echo hi", secrets={"HF_TOKEN": "s3cr3t"}
+        spec(environment={"HF_HOME": "/data/hf"}, infra="slurm/local"), run="echo hi", secrets={"HF_TOKEN": "s3cr3t"}
     )
     assert task == {
         "name": "demo",

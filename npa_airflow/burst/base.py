@@ -1,0 +1,269 @@
+"""The lifecycle every Burst operator shares (``BurstLaunchOperatorBase``); the operators are in ``operators.py``.
+
+``BurstTorchrunOperator`` is the seed's ``npa burst submit``; ``BurstSubmitYamlOperator`` its
+``submit-yaml``. Both validate everything before the first request, launch from the worker, push the job
+handle to XCom (key ``burst_job``), then wait in the triggerer (``BurstJobTrigger``) or, when not
+deferrable, on the worker with the same code. Kill -> cancel the launch/job and apply the teardown
+policy (``down`` for clusters the task created, ``keep`` for a pinned cluster that already existed).
+
+A try first looks for what earlier tries left, by their names (``burst.adoption``): a live launch or job is
+adopted (``on_previous_try="reattach"``) or cancelled (``"cancel"``), never launched beside. The outcome follows
+the Slurm side: a job that failed by itself fails the task without a retry (``AirflowFailException``, with the end
+of its log); a failed launch, a lost cluster or infrastructure evidence in the log is retried; a wait that could
+not learn the job's end (API server unreachable past its budget) is retried and leaves job and cluster running
+for the next try. The teardown policy applies only when the job ended, was cancelled, or ``max_wait`` passed.
+
+Importing this module is cheap: no httpx, no yaml, no SkyPilot at parse time.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from npa_airflow.burst.adoption import AdoptOrLaunchMixin
+from npa_airflow.common import xcom_keys
+from npa_airflow.common.checks import positive_duration
+from npa_airflow.common.defaults import default_deferrable
+from npa_airflow.common.links import BurstJobLink
+from npa_airflow.common.renamed import renamed
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from npa_airflow.burst.handle import BurstJobHandle
+    from npa_airflow.burst.hook import SkyPilotHook
+
+
+def _seconds(value: timedelta | float | int | None, field: str) -> float | None:
+    from npa_airflow.exceptions import NpaValidationError
+
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+        raise NpaValidationError(f"{field}={value!r}: give a positive number of seconds or a timedelta")
+    return float(seconds)
+
+
+class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
+    """Launch (or adopt an earlier try's launch), wait, cancel and tear down; subclasses say what task to launch
+    (``build_task_dict``).
+
+    :param max_wait: how long after the launch (a ``timedelta`` or seconds) before the job is cancelled and the
+        task fails; a reattached launch keeps its first submission time. ``deadline`` is its old name.
+    """
+
+    operator_extra_links = (BurstJobLink(),)
+    ui_color = "#d7ecff"
+
+    def __init__(
+        self,
+        *,
+        skypilot_conn_id: str = "skypilot_default",
+        cluster_name: str | None = None,
+        teardown: str | None = None,
+        retry_until_up: bool = False,
+        on_previous_try: str = "reattach",
+        max_wait: timedelta | float | None = None,
+        poll_interval: float = 15.0,
+        stream_logs: bool = True,
+        cancel_on_kill: bool = True,
+        registry_conn_id: str | None = None,
+        deferrable: bool | None = None,
+        deadline: timedelta | float | None = None,  # the old name of max_wait
+        **kwargs: Any,
+    ) -> None:
+        owner = f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})"
+        max_wait = renamed(owner, "max_wait", max_wait, "deadline", deadline, kwargs.get("default_args"))
+        super().__init__(**kwargs)
+        from npa_airflow.common.naming import ON_PREVIOUS_TRY
+        from npa_airflow.exceptions import NpaValidationError
+
+        if on_previous_try not in ON_PREVIOUS_TRY:
+            raise NpaValidationError(
+                f"on_previous_try={on_previous_try!r} must be one of {ON_PREVIOUS_TRY} "
+                "(adopt the earlier try's live launch or job, or cancel it before launching a new one)"
+            )
+        self.on_previous_try = on_previous_try
+        self.skypilot_conn_id = skypilot_conn_id
+        self.cluster_name = cluster_name
+        self.teardown = teardown
+        self.retry_until_up = retry_until_up
+        self.max_wait = positive_duration(max_wait, "max_wait")
+        self.poll_interval = poll_interval
+        self.stream_logs = stream_logs
+        self.cancel_on_kill = cancel_on_kill
+        self.registry_conn_id = registry_conn_id
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self._handle: BurstJobHandle | None = None
+        self._finished = False
+
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        """Airflow's fields, the connection and the pinned cluster: the API server acts on this task's launch with
+        what the serialized DAG names, never with what a handle read back from XCom names (npa_airflow.plugin)."""
+        return frozenset(super().get_serialized_fields() | {"skypilot_conn_id", "cluster_name"})
+
+    def linked_job(self) -> dict[str, Any] | None:
+        """The handle of the launch this try has (the "SkyPilot cluster" link), None before or without one."""
+        return self._handle.to_dict() if self._handle is not None else None
+
+    # -- what to launch (subclasses) ---------------------------------------------------------------------
+
+    def build_task_dict(self, context: Context, secrets: dict[str, str]) -> tuple[dict[str, Any], int]:
+        """The SkyPilot task dict (with ``secrets`` merged) and its node count."""
+        raise NotImplementedError
+
+    # -- shared ----------------------------------------------------------------------------------------------
+
+    def get_hook(self) -> SkyPilotHook:
+        from npa_airflow.burst.hook import SkyPilotHook
+
+        return SkyPilotHook(self.skypilot_conn_id)
+
+    def registry_secrets(self) -> dict[str, str]:
+        """SKYPILOT_DOCKER_* from the explicit registry connection only (never from the environment)."""
+        if not self.registry_conn_id:
+            return {}
+        from npa_airflow.burst.task import docker_login_secrets
+
+        conn = self.get_hook().get_connection(self.registry_conn_id)
+        server = conn.host or (conn.extra_dejson or {}).get("server")
+        return docker_login_secrets(server, conn.login, conn.password)
+
+    def _teardown_for(self, created: bool) -> str:
+        from npa_airflow.burst.task import TEARDOWN_POLICIES
+        from npa_airflow.exceptions import NpaValidationError
+
+        if self.teardown is None:
+            return "down" if created else "keep"
+        if self.teardown not in TEARDOWN_POLICIES:
+            raise NpaValidationError(f"teardown={self.teardown!r}: use one of {TEARDOWN_POLICIES} (or None)")
+        return self.teardown
+
+    def execute(self, context: Context) -> Any:
+        # Everything that can be wrong with the input fails here, before the first request.
+        poll = _seconds(self.poll_interval, "poll_interval") or 15.0
+        self._teardown_for(True)
+        secrets = self.registry_secrets()
+        task, nodes = self.build_task_dict(context, secrets)
+        self.try_refs(context)  # the cluster name is valid
+        hook = self.get_hook()
+        handle = self.adopt_or_launch(hook, context, task, nodes)
+        # An adopted launch keeps its first submission time: the deadline counts from there.
+        wait = self.max_wait
+        deadline = None if wait is None else (handle.submitted_at or time.time()) + wait.total_seconds()
+        if self.deferrable:
+            from npa_airflow.burst.triggers import BurstJobTrigger
+
+            trigger = BurstJobTrigger(
+                handle=handle.to_dict(),
+                poll_interval=poll,
+                deadline=deadline,
+                stream_logs=self.stream_logs,
+                cancel_on_kill=self.cancel_on_kill,
+                nodes=nodes,
+            )
+            self.defer(trigger=trigger, method_name="execute_complete")
+        return self.execute_complete(context, self._wait_here(hook, handle, poll, deadline, nodes))
+
+    def _wait_here(
+        self, hook: SkyPilotHook, handle: BurstJobHandle, poll: float, deadline: float | None, nodes: int
+    ) -> dict[str, Any]:
+        import asyncio
+
+        from npa_airflow.burst.watch import watch_job
+
+        def remember(current: BurstJobHandle) -> None:
+            self._handle = current
+
+        async def wait() -> dict[str, Any]:
+            async with hook:
+                return await watch_job(
+                    hook,
+                    handle,
+                    poll_interval=poll,
+                    deadline=deadline,
+                    stream_logs=self.stream_logs,
+                    log=self.log,
+                    nodes=nodes,
+                    on_job_id=remember,
+                )
+
+        return asyncio.run(wait())
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Turn the wait's event into the task's outcome (the Slurm side's: a program failure is not retried)."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from npa_airflow.burst.watch import event_handle, validate_event
+
+        event = validate_event(event)
+        status, handle, message = event["status"], event_handle(event), str(event["message"])
+        self._handle = handle
+        context["ti"].xcom_push(key=xcom_keys.BURST_JOB, value=handle.to_dict())
+        job = f"burst job {handle.name} on cluster {handle.cluster}"
+        if status == "interrupted":  # the job's end is unknown: leave it and its cluster to the next try
+            self._finished = True
+            raise AirflowException(
+                f"{job}: {message}. The job and its cluster were left as they are: the next try adopts them "
+                f"(on_previous_try='reattach') or cancels them ('cancel'); to stop them by hand, run "
+                f"`sky down {handle.cluster}` against {handle.endpoint}"
+            )
+        if status == "canceled" and handle.try_name not in (None, self.try_refs(context)[-1].try_name):
+            # An adopted launch of an earlier try was cancelled: that try was cleared, which means "run again".
+            self.log.warning("The adopted %s of an earlier try was cancelled (task cleared); launching anew", job)
+            return self.execute(context)
+        tail = self._log_tail(handle) if status == "failed" else ""  # read before the teardown takes it away
+        # A deadline still has a live launch or job: cancel it; every ending applies the teardown policy.
+        self._cancel_and_teardown(handle, cancel=status == "deadline")
+        self._finished = True
+        if status == "success":
+            self.log.info("%s", message)
+            return handle.to_dict()
+        if status == "deadline":
+            raise AirflowException(
+                f"{job}: {message}; max_wait={self.max_wait} passed since the launch, so it was cancelled "
+                f"(teardown={handle.teardown})"
+            )
+        if status == "canceled":
+            raise AirflowFailException(f"{job} was cancelled outside Airflow ({message}); not retried")
+        return self._fail(handle, event, message, tail)
+
+    def _fail(self, handle: BurstJobHandle, event: dict[str, Any], message: str, tail: str) -> Any:
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from npa_airflow.burst.outcome import classify_burst_failure
+
+        verdict = classify_burst_failure(event.get("native_state"), message, tail)
+        shown = f"\n--- last lines of the job's output ---\n{tail}" if tail else ""
+        if verdict.is_infra:
+            raise AirflowException(
+                f"burst job {handle.name} failed for an infrastructure reason ({verdict.evidence}){shown}"
+            )
+        raise AirflowFailException(f"{message}: a program failure, not retried.{shown}")
+
+    def _log_tail(self, handle: BurstJobHandle) -> str:
+        from npa_airflow.burst.outcome import read_log_tail
+
+        with self.get_hook() as hook:
+            return read_log_tail(hook, handle, self.log)
+
+    def _cancel_and_teardown(self, handle: BurstJobHandle, *, cancel: bool) -> None:
+        with self.get_hook() as hook:
+            hook.cancel_and_teardown(handle, self.log, cancel=cancel, teardown=True)
+
+    def on_kill(self) -> None:
+        """The worker is killing the task (non-deferrable wait, or before deferring): cancel and tear down."""
+        handle = self._handle
+        if handle is None or self._finished or not self.cancel_on_kill:
+            return
+        self._finished = True
+        try:
+            self._cancel_and_teardown(handle, cancel=True)
+        except Exception:
+            self.log.exception("Cancelling burst job %s failed", handle.to_json())
