@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
-
-from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from npa_airflow.burst.handle import BurstJobHandle
 from npa_airflow.common import xcom_keys
+from npa_airflow.common.owned_trigger import OwnedJobTrigger
 from npa_airflow.common.ownership import (
     Claim,
     TaskView,
-    Verdict,
     claim_xcom_is,
-    decide,
     read_claim_xcom,
     read_task_view,
-    shielded,
     write_claim_xcom,
     write_xcom,
 )
@@ -29,13 +23,10 @@ if TYPE_CHECKING:
     from npa_airflow.burst.hook import SkyPilotHook
     from npa_airflow.burst.joblog import XComLineCount
 
-# inside the triggerer's own bound ([triggerer] on_kill_timeout, 30 s); deciding whether to cancel reads for up to
-# ownership.DECIDE_SECONDS of it, the rest submits the cancel
-ON_KILL_TIMEOUT = 25.0
 PUBLISH_WAIT_SECONDS = 5.0  # for the XCom write of the job id when the event is ready
 
 
-class BurstJobTrigger(BaseTrigger):
+class BurstJobTrigger(OwnedJobTrigger):
     """Fire one event when the burst job of ``handle`` ends, or when ``deadline`` (epoch seconds) passes.
 
     :param handle: ``BurstJobHandle.to_dict()``: the trigger row and the events keep it as a dict, the trigger holds
@@ -58,20 +49,20 @@ class BurstJobTrigger(BaseTrigger):
         cancel_on_kill: bool = True,
         nodes: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(deadline, cancel_on_kill)
         self.handle = BurstJobHandle.from_dict(handle)  # validated like a new one: it may come from XCom
         self.poll_interval = float(poll_interval)
-        self.deadline = None if deadline is None else float(deadline)
         self.stream_logs = bool(stream_logs)
-        self.cancel_on_kill = bool(cancel_on_kill)
         self.nodes = None if nodes is None else int(nodes)
         self._current = self.handle
-        self._fired = False
-        self._claim: Claim | None = None
         self._publishing: asyncio.Future[None] | None = None  # the XCom write of a newly learned job id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return as_trigger_row(self, ("handle", "poll_interval", "deadline", "stream_logs", "cancel_on_kill", "nodes"))
+
+    @property
+    def job_label(self) -> str:
+        return f"burst job {self._current.to_json()}"
 
     def _hook(self) -> SkyPilotHook:
         from npa_airflow.burst.hook import SkyPilotHook
@@ -95,16 +86,9 @@ class BurstJobTrigger(BaseTrigger):
             key = xcom_keys.BURST_JOB
             self.log.warning("Could not record SkyPilot job %s in the task's XCom (%s)", handle.job_id, key)
 
-    async def _claim_job(self) -> None:
-        """Record this trigger's claim in the task instance's XCom (see npa_airflow.common.ownership)."""
-        ti = getattr(self, "task_instance", None)
-        if ti is None:
-            return
-        claim = Claim.new(int(getattr(ti, "try_number", None) or 1))
-        if await write_claim_xcom(ti, claim):
-            self._claim = claim
-        else:
-            self.log.warning("Could not record this trigger's claim; a move will be told from the task state only")
+    async def record_claim(self, ti: Any, claim: Claim) -> bool:
+        """In the task instance's XCom (see npa_airflow.common.ownership)."""
+        return await write_claim_xcom(ti, claim)
 
     async def _line_count(self) -> tuple[XComLineCount | None, bool]:
         """Where the job log's line count is kept (the task's XCom, under this trigger's claim; None: in memory),
@@ -117,10 +101,15 @@ class BurstJobTrigger(BaseTrigger):
         recorded = await count.recorded_job()
         return count, recorded is not None and recorded.cluster == self._current.cluster
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        from npa_airflow.burst.watch import make_event, watch_job
+    def event_payload(self, status: str, message: str, **extra: Any) -> dict[str, Any]:
+        from npa_airflow.burst.watch import make_event
 
-        await self._claim_job()
+        return make_event(status, self._current, message, **extra)
+
+    async def wait(self) -> dict[str, Any]:
+        """Follow the launch, then the job (`burst.watch`, shared with the worker-side wait), to its event."""
+        from npa_airflow.burst.watch import watch_job
+
         try:
             line_count, launch_shown = await self._line_count()
             async with self._hook() as hook:
@@ -139,37 +128,17 @@ class BurstJobTrigger(BaseTrigger):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the job's end is unknown: the operator leaves it to the next try
-            event = make_event("interrupted", self._current, f"waiting for the burst job failed: {exc}")
+            event = self.event_payload("interrupted", f"waiting for the burst job failed: {exc}")
         if self._publishing is not None:  # the event's handle supersedes it; let it finish, briefly
             await asyncio.wait([self._publishing], timeout=PUBLISH_WAIT_SECONDS)
-        self._fired = True
-        yield TriggerEvent(event)
+        return event
 
-    async def on_kill(self) -> None:
-        """A user ended the deferred task: cancel the launch/job and tear down, once, never raising.
-
-        Airflow 3.3.2 also calls this when the trigger only moved to another triggerer; the decision comes from
-        the task instance's state and the claim (`npa_airflow.common.ownership`), never from the message.
-        """
-        if self._fired or not self.cancel_on_kill:
-            return
-        self._fired = True
-        try:
-            await shielded(self._cancel_unless_moved())
-        except Exception:
-            self.log.exception("Cancelling burst job %s failed", self._current.to_json())
-
-    async def _cancel_unless_moved(self) -> None:
-        end = time.monotonic() + ON_KILL_TIMEOUT
-        verdict, why = await decide(self._observe_ownership, self._claim)
-        if verdict is not Verdict.CANCEL:
-            self.log.info("Not cancelling burst job %s (%s): %s", self._current.to_json(), verdict.value, why)
-            return
-        self.log.info("Cancelling burst job %s: %s", self._current.to_json(), why)
-        async with self._hook() as hook:
-            cancel = hook.acancel_and_teardown(self._current, self.log, wait=False)
-            await asyncio.wait_for(cancel, timeout=max(5.0, end - time.monotonic()))
-
-    async def _observe_ownership(self) -> tuple[Claim | None, TaskView | None]:
+    async def observe_ownership(self) -> tuple[Claim | None, TaskView | None]:
         ti = getattr(self, "task_instance", None)
         return await read_claim_xcom(ti), await read_task_view(ti)
+
+    async def cancel(self, why: str) -> None:
+        """A user ended the task: cancel the launch or job and apply the handle's teardown policy (requests only)."""
+        self.log.info("Cancelling %s: %s", self.job_label, why)
+        async with self._hook() as hook:
+            await hook.acancel_and_teardown(self._current, self.log, wait=False)

@@ -1,6 +1,6 @@
 """The Slurm trigger's cancels: right away when the job can never finish in time (its deadline, a pending reason
-that never clears: cancel, then fire), and when a user ended the deferred task (`on_kill`). Mixed into
-`SlurmJobTrigger`.
+that never clears: cancel, then fire), and when a user ended the deferred task (`cancel`, which the shared
+on_kill of `npa_airflow.common.owned_trigger` calls on its verdict). `SlurmJobTrigger` extends it.
 
 Both go through the cluster's poller (`kills`, `npa_airflow.slurm.kill_batch`), so that the cancels of many
 triggers of one cluster share one scancel; what is cancelled is `CancelRequest.for_handle` of the job's handle.
@@ -11,48 +11,41 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common import xcom_keys
-from npa_airflow.common.ownership import Claim, TaskView, Verdict, decide, read_task_view, shielded
+from npa_airflow.common.owned_trigger import OwnedJobTrigger
+from npa_airflow.common.ownership import Claim, TaskView, Verdict, read_task_view
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import cluster_did_not_answer
 from npa_airflow.slurm.cancels import CancelRequest
 from npa_airflow.slurm.fit import NEVER_CLEARING_REASONS
 
 if TYPE_CHECKING:
-    from airflow.triggers.base import TriggerEvent
-
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.poller import Registration, SlurmPoller
 
 module_log = logging.getLogger(__name__)  # on_kill's lines reach the triggerer's own log
 DEADLINE_CANCEL_TIMEOUT = 30.0
-ON_KILL_TIMEOUT = 25.0  # the triggerer allows on_kill 30 s by default ([triggerer] on_kill_timeout)
 CLAIM_READ_TIMEOUT = 10.0
 CANCEL_BACKOFF = Backoff(base=1.0, cap=8.0, jitter=0.5)  # between scancel attempts, inside the timeouts above
 
 
-class TriggerCancelMixin:
+class SlurmTriggerCancels(OwnedJobTrigger):
     """The cancel half of `SlurmJobTrigger` (the trigger supplies the attributes declared here)."""
 
-    log: logging.Logger
     job_id: str
-    cancel_on_kill: bool
     handle: SlurmJobHandle
-    _fired: bool
     _registration: Registration | None
-    _claim: Claim | None
     _claim_file: str | None
     _poller: Callable[[], SlurmPoller]
-    _fire: Callable[..., TriggerEvent]
 
-    async def _deadline_event(self, message: str) -> TriggerEvent:
+    async def _deadline_event(self, message: str) -> dict[str, Any]:
         """The deadline passed: cancel here, then fire."""
         await self._cancel_here(message)
         return self._fire("deadline", message)
 
-    async def _unsatisfiable_event(self, token: str, reason: str) -> TriggerEvent:
+    async def _unsatisfiable_event(self, token: str, reason: str) -> dict[str, Any]:
         """PENDING on a reason that never clears: cancel here and tell the operator why and what to change."""
         message = (
             f"Slurm job {self.job_id} can never start: it is PENDING with Reason={reason} "
@@ -96,23 +89,16 @@ class TriggerCancelMixin:
         except Exception as exc:
             self.log.warning("Could not cancel Slurm job %s (%s): %s; the task will try again", self.job_id, why, exc)
 
-    # -- user kill ---------------------------------------------------------------------------------------
+    # -- a user's kill (OwnedJobTrigger.on_kill decides) ----------------------------------------------------
 
-    async def on_kill(self) -> None:
-        """Cancel the job when a user ended the deferred task (mark failed/success, clear, run failed).
+    async def kill_verdict(self) -> tuple[Verdict, str]:
+        """A registration its poller saw superseded has moved: no read needed to know it."""
+        reg = self._registration
+        if reg is not None and reg.superseded:
+            return Verdict.MOVED, f"{reg.superseded_by} has claimed the job"
+        return await super().kill_verdict()
 
-        Airflow 3.3.2 also calls this when the trigger only moved to another triggerer, so the message is not
-        trusted: `npa_airflow.common.ownership` decides from the task instance's state and the job's claim.
-        Idempotent and bounded (ON_KILL_TIMEOUT, inside the triggerer's own limit); logs, never raises.
-        """
-        if self._fired or not self.cancel_on_kill:
-            return
-        try:
-            await shielded(asyncio.wait_for(self._cancel_unless_moved(), ON_KILL_TIMEOUT))
-        except Exception as exc:  # TimeoutError included
-            self.log.error("Could not cancel Slurm job %s: %s", self.job_id, exc or type(exc).__name__)
-
-    async def _observe_ownership(self) -> tuple[Claim | None, TaskView | None]:
+    async def observe_ownership(self) -> tuple[Claim | None, TaskView | None]:
         current = None
         if self._claim_file:
             try:
@@ -122,17 +108,8 @@ class TriggerCancelMixin:
                 module_log.warning("Could not read the claim on Slurm job %s (%s)", self.job_id, exc)
         return current, await read_task_view(getattr(self, "task_instance", None), try_key=xcom_keys.SLURM_TRY)
 
-    async def _cancel_unless_moved(self) -> None:
-        reg = self._registration
-        if reg is not None and reg.superseded:
-            verdict, why = Verdict.MOVED, f"{reg.superseded_by} has claimed the job"
-        else:
-            verdict, why = await decide(self._observe_ownership, self._claim)
-        if verdict is not Verdict.CANCEL:
-            message = "Not cancelling Slurm job %s on this trigger's cancellation (%s): %s"
-            self.log.info(message, self.job_id, verdict.value, why)
-            module_log.warning(message, self.job_id, verdict.value, why)
-            return
+    async def cancel(self, why: str) -> None:
+        """A user ended the task: scancel the job unless it has ended (then only its secret files go)."""
         poller = self._poller()
         try:
             info = await poller.kills.job_state(self.job_id)

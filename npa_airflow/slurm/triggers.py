@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Any
-
-from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from npa_airflow.common.ownership import Claim, warm_task_reads
 from npa_airflow.common.retry import Backoff, Budget, aretry
@@ -26,7 +23,7 @@ from npa_airflow.slurm.log_lines import LineSplitter
 from npa_airflow.slurm.offsets import claim_file_for, offsets_file_for
 from npa_airflow.slurm.poller import PollUpdate, Registration, SlurmPoller, get_poller
 from npa_airflow.slurm.secret_env import amask_secret_env, validate_secret_env
-from npa_airflow.slurm.trigger_cancel import TriggerCancelMixin
+from npa_airflow.slurm.trigger_cancel import SlurmTriggerCancels
 
 # Re-exported: operators, sensors and tests import the event helpers from here.
 from npa_airflow.slurm.trigger_events import EVENT_STATUSES as EVENT_STATUSES
@@ -41,7 +38,7 @@ VANISHED_AFTER_SECONDS = 600.0
 MARKER_CHECK_BACKOFF = Backoff(base=2.0, cap=60.0, jitter=0.0)
 
 
-class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
+class SlurmJobTrigger(SlurmTriggerCancels):
     """Fire one event when Slurm job `handle.job_id` ends, or when `deadline` (epoch seconds) passes.
 
     :param handle: the job handle dict (`SlurmJobHandle.to_dict()`): the trigger row and the events keep it as a
@@ -75,23 +72,19 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         secret_env: dict[str, str] | None = None,
         vanished_after: float = VANISHED_AFTER_SECONDS,
     ) -> None:
-        super().__init__()
+        super().__init__(deadline, cancel_on_kill)
         # a handle from XCom or a trigger row is validated like a new one
         self.handle = SlurmJobHandle.from_dict(handle)
         self.conn_id = conn_id
         self.poll_interval = float(poll_interval)
-        self.deadline = float(deadline) if deadline is not None else None
         self.require_marker = require_marker
         self.log_offsets: dict[str, int] = {}  # what the task log holds so far; reported in the event
         self.stream_logs = stream_logs
-        self.cancel_on_kill = cancel_on_kill
         self.secret_env = validate_secret_env(secret_env)
         self._secret_values: tuple[str, ...] | None = None  # resolved already (the worker-side wait)
         self.vanished_after = float(vanished_after)
-        self._fired = False
         self._problems = 0  # polls in a row that failed
         self._registration: Registration | None = None
-        self._claim: Claim | None = None
         self._claim_file: str | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._last_seen: tuple[JobState, str | None] | None = None  # state and pending reason last logged
@@ -117,6 +110,10 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
     def job_id(self) -> str:
         return self.handle.job_id
 
+    @property
+    def job_label(self) -> str:
+        return f"Slurm job {self.job_id}"
+
     def _poller(self) -> SlurmPoller:
         """The poller of the job's cluster: every state query and scancel of this trigger names that cluster."""
         return get_poller(self.conn_id, cluster=self.handle.cluster)
@@ -135,17 +132,16 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
             return self.require_marker
         return f"{self.handle.results_dir.rstrip('/')}/{self.require_marker}"
 
-    def _prepare_claim(self) -> None:
-        """This trigger's claim on the job, when it runs for a task instance (not in dag.test())."""
+    def fallback_try(self) -> int:
+        return self.handle.try_number
+
+    async def record_claim(self, ti: Any, claim: Claim) -> bool:
+        """The poller writes the claim next to the job's stdout with its first command after registration."""
         from npa_airflow.common.naming import identity_hash
 
-        ti = getattr(self, "task_instance", None)
-        if ti is None or self._claim is not None:
-            return
-        try_number = int(getattr(ti, "try_number", None) or self.handle.try_number)
         key = identity_hash(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
-        self._claim = Claim.new(try_number)
         self._claim_file = claim_file_for(self.handle.stdout_path, key)
+        return True
 
     # -- run ---------------------------------------------------------------------------------------------
 
@@ -174,11 +170,11 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
             return False
         return True
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
+    async def wait(self) -> dict[str, Any]:
+        """Follow the job through the cluster's poller, copying its output here, until an event ends the wait."""
         poller = self._poller()
         masked = await self._mask_secrets()
         paths = self.log_paths() if self.stream_logs and masked else []
-        self._prepare_claim()
         warm_task_reads(getattr(self, "task_instance", None))
         reg = self._registration = self._register(poller, [p for _, p in paths])
         labels = {p: label for label, p in paths}
@@ -190,14 +186,12 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
                 if reg.superseded:
                     await self._stand_down(reg)
                 if update is None:
-                    yield await self._event_without_update()
-                    return
+                    return await self._event_without_update()
                 self._write_logs(update, reg, labels, splitters)
                 reg.ack(update.cycle)
                 event = await self._event_for(update, reg, labels, splitters)
                 if event is not None:
-                    yield event
-                    return
+                    return event
         finally:
             poller.unregister(reg)
 
@@ -217,7 +211,7 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
 
     async def _event_for(
         self, update: PollUpdate, reg: Registration, labels: dict[str, str], splitters: dict[str, LineSplitter]
-    ) -> TriggerEvent | None:
+    ) -> dict[str, Any] | None:
         """The event `update` ends the wait with; None while the wait goes on."""
         self._note_problem(update.error)
         self._log_state(update)
@@ -258,7 +252,7 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         why = f", reason {reason}" if reason else ""
         self.log.info("Slurm job %s is %s (%s%s)", self.job_id, info.native_state, update.state.value, why)
 
-    def _vanished_event(self, absent_for: float) -> TriggerEvent:
+    def _vanished_event(self, absent_for: float) -> dict[str, Any]:
         seen = f", last seen {self._last_seen[0].value}" if self._last_seen else ", never seen by this wait"
         message = (
             f"Slurm job {self.job_id} ({self.handle.job_name}) is lost: neither sacct nor squeue on "
@@ -280,13 +274,10 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         if reg is not None and not self._fired and not reg.superseded:
             await self._poller().flush_offsets(reg)
 
-    def _deadline_passed(self) -> bool:
-        return self.deadline is not None and time.time() >= self.deadline
-
     async def _next_update(self, reg: Registration) -> PollUpdate | None:
-        if self.deadline is None:
+        remaining = self._seconds_left()
+        if remaining is None:
             return await reg.queue.get()
-        remaining = self.deadline - time.time()
         if remaining <= 0:
             return None
         try:
@@ -328,7 +319,7 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
             reg.commit(path, splitter.committed)
         self.log_offsets = {c.path: c.committed for c in reg.cursors}
 
-    async def _terminal_event(self, update: PollUpdate) -> TriggerEvent | None:
+    async def _terminal_event(self, update: PollUpdate) -> dict[str, Any] | None:
         info = update.info
         details: dict[str, Any] = {
             "state": update.state.value,
@@ -381,11 +372,10 @@ class SlurmJobTrigger(TriggerCancelMixin, BaseTrigger):
         except Exception:  # only once the deadline passed: every failure before it is retried
             return None
 
-    async def _event_without_update(self) -> TriggerEvent:
+    async def _event_without_update(self) -> dict[str, Any]:
         """The wait ended with no poll update: the deadline passed (a subclass may stop waiting for its own reason)."""
         return await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
 
-    def _fire(self, status: str, message: str, **extra: Any) -> TriggerEvent:
-        self._fired = True
+    def event_payload(self, status: str, message: str, **extra: Any) -> dict[str, Any]:
         offsets = dict(self.log_offsets)
-        return TriggerEvent(make_event_payload(status, self.handle.to_dict(), message, log_offsets=offsets, **extra))
+        return make_event_payload(status, self.handle.to_dict(), message, log_offsets=offsets, **extra)

@@ -99,7 +99,8 @@ def _trigger_classpaths() -> list[str]:
     for module_info in pkgutil.walk_packages(npa_airflow.__path__, "npa_airflow."):
         module = importlib.import_module(module_info.name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
-            if issubclass(cls, BaseTrigger) and cls.__module__ == module.__name__:
+            # an abstract base (common/owned_trigger.py) is never a row: only what it is extended into
+            if issubclass(cls, BaseTrigger) and cls.__module__ == module.__name__ and not inspect.isabstract(cls):
                 found.add(f"{cls.__module__}.{cls.__qualname__}")
     return sorted(found)
 
