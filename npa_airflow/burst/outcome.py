@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from npa_airflow.burst import client as sky
-from npa_airflow.common.failures import MAX_EVIDENCE_LINES, FailureVerdict, infra_lines
+from npa_airflow.common.failures import FailureVerdict, evidence_parts, infra_lines
 from npa_airflow.common.states import JobState
 
 if TYPE_CHECKING:
@@ -32,8 +32,7 @@ def classify_burst_failure(native_state: str | None, message: str, log_tail: str
         return FailureVerdict("infra", f"{message}: SkyPilot's job driver died (its node or runtime failed)")
     matches = infra_lines(log_tail)
     if matches:
-        evidence = "; ".join(f"{label}: {line}" for label, line in matches[:MAX_EVIDENCE_LINES])
-        return FailureVerdict("infra", evidence)
+        return FailureVerdict("infra", "; ".join(evidence_parts(matches)))
     return FailureVerdict("program", f"{message}; no infrastructure pattern in the log tail")
 
 

@@ -3,12 +3,15 @@ program's own (not retried), and the log patterns that mark infrastructure.
 
 Infrastructure: node failures, NCCL transport errors and collective timeouts, CUDA driver initialisation
 failures, Xid errors, GPU / InfiniBand / NVLink link down, and the OOM killer reaping processes. Each backend
-adds what only it knows (Slurm's NODE_FAIL state and the nodes to exclude, SkyPilot's failed launches).
+adds what only it knows (Slurm's NODE_FAIL state and the nodes to exclude, SkyPilot's failed launches): its
+verdict (`slurm.failures.classify`, `burst.outcome.classify_burst_failure`) reads the log tail through
+`infra_lines` and words the evidence with `evidence_parts`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -66,10 +69,16 @@ INFRA_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 
 
 def infra_lines(log_tail: str) -> list[tuple[str, str]]:
-    """``(label, line)`` for each line of ``log_tail`` that shows an infrastructure failure (first pattern wins)."""
+    """``(label, line)`` for each line of ``log_tail`` that shows an infrastructure failure (first pattern wins),
+    the line stripped but whole: a backend may read more from it (Slurm: the node it names)."""
     matches = []
     for line in log_tail.splitlines():
         label = next((label for label, pattern in INFRA_PATTERNS if pattern.search(line)), None)
         if label is not None:
-            matches.append((label, line.strip()[:MAX_EVIDENCE_LINE]))
+            matches.append((label, line.strip()))
     return matches
+
+
+def evidence_parts(matches: Sequence[tuple[str, str]]) -> list[str]:
+    """``"label: line"`` for the first MAX_EVIDENCE_LINES of ``infra_lines``' matches, each line cut short."""
+    return [f"{label}: {line[:MAX_EVIDENCE_LINE]}" for label, line in matches[:MAX_EVIDENCE_LINES]]

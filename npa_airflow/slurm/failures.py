@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from npa_airflow.common.failures import INFRA_PATTERNS, MAX_EVIDENCE_LINE, MAX_EVIDENCE_LINES, FailureVerdict
+from npa_airflow.common.failures import MAX_EVIDENCE_LINES, FailureVerdict, evidence_parts, infra_lines
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import SlurmJobInfo
 from npa_airflow.slurm.states import INFRA_NATIVE_STATES
@@ -75,14 +75,8 @@ def classify(info: SlurmJobInfo, log_tail: str) -> FailureVerdict:
     if info.state is JobState.CANCELED:
         return FailureVerdict("program", f"job {info.job_id} was cancelled ({info.native_state}); not retried")
     allocated = expand_hostlist(info.node_list)
-    matches: list[tuple[str, str]] = []
-    blamed: list[str] = []
-    for line in log_tail.splitlines():
-        for label, pattern in INFRA_PATTERNS:
-            if pattern.search(line):
-                matches.append((label, line.strip()[:MAX_EVIDENCE_LINE]))
-                blamed.extend(_nodes_named_in(line))
-                break
+    matches = infra_lines(log_tail)
+    blamed = [node for _, line in matches for node in _nodes_named_in(line)]
     if allocated and blamed:
         # Only nodes of this job's allocation; a log line may name a peer or be garbled.
         blamed = [n for n in blamed if n in allocated] or blamed
@@ -98,7 +92,7 @@ def classify(info: SlurmJobInfo, log_tail: str) -> FailureVerdict:
     parts = []
     if state_infra:
         parts.append(f"job state {info.native_state}")
-    parts.extend(f"{label}: {line}" for label, line in matches[:MAX_EVIDENCE_LINES])
+    parts.extend(evidence_parts(matches))
     if len(matches) > MAX_EVIDENCE_LINES:
         parts.append(f"(+{len(matches) - MAX_EVIDENCE_LINES} more matching lines)")
     if not blamed and (state_infra or len(allocated) == 1):
