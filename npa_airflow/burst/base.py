@@ -80,15 +80,9 @@ class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
         owner = f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})"
         max_wait = renamed(owner, "max_wait", max_wait, "deadline", deadline, kwargs.get("default_args"))
         super().__init__(**kwargs)
-        from npa_airflow.common.naming import ON_PREVIOUS_TRY
-        from npa_airflow.exceptions import NpaValidationError
+        from npa_airflow.common.previous_try import checked_mode
 
-        if on_previous_try not in ON_PREVIOUS_TRY:
-            raise NpaValidationError(
-                f"on_previous_try={on_previous_try!r} must be one of {ON_PREVIOUS_TRY} "
-                "(adopt the earlier try's live launch or job, or cancel it before launching a new one)"
-            )
-        self.on_previous_try = on_previous_try
+        self.on_previous_try = checked_mode(on_previous_try, "launch or job", "launching")
         self.skypilot_conn_id = skypilot_conn_id
         self.cluster_name = cluster_name
         self.teardown = teardown
