@@ -6,10 +6,10 @@ handle to XCom (key ``burst_job``), then wait in the triggerer (``BurstJobTrigge
 deferrable, on the worker with the same code. Kill -> cancel the launch/job and apply the teardown
 policy (``down`` for clusters the task created, ``keep`` for a pinned cluster that already existed).
 
-A try first looks for what earlier tries left, by their names (``burst.adoption``): a live launch or job is
-adopted (``on_previous_try="reattach"``) or cancelled (``"cancel"``), never launched beside. The outcome follows
-the Slurm side: a job that failed by itself fails the task without a retry (``AirflowFailException``, with the end
-of its log); a failed launch, a lost cluster or infrastructure evidence in the log is retried; a wait that could
+A try first looks for what earlier tries left, by their names (``burst.adoption.LaunchOrAdopt``): a live launch or
+job is adopted (``on_previous_try="reattach"``) or cancelled (``"cancel"``), never launched beside. The outcome
+follows the Slurm side: a job that failed by itself fails the task without a retry (``AirflowFailException``, with
+the end of its log); a failed launch, a lost cluster or infrastructure evidence in the log is retried; a wait that could
 not learn the job's end (API server unreachable past its budget) is retried and leaves job and cluster running
 for the next try. The teardown policy applies only when the job ended, was cancelled, or ``max_wait`` passed.
 
@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from npa_airflow.burst.adoption import AdoptOrLaunchMixin
 from npa_airflow.common import xcom_keys
 from npa_airflow.common.checks import positive_duration
 from npa_airflow.common.defaults import default_deferrable
@@ -36,6 +35,7 @@ if TYPE_CHECKING:
 
     from npa_airflow.burst.handle import BurstJobHandle
     from npa_airflow.burst.hook import SkyPilotHook
+    from npa_airflow.burst.tries import TryRef
 
 
 def _seconds(value: timedelta | float | int | None, field: str) -> float | None:
@@ -49,7 +49,7 @@ def _seconds(value: timedelta | float | int | None, field: str) -> float | None:
     return float(seconds)
 
 
-class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
+class BurstLaunchOperatorBase(BaseOperator):
     """Launch (or adopt an earlier try's launch), wait, cancel and tear down; subclasses say what task to launch
     (``build_task_dict``).
 
@@ -80,15 +80,9 @@ class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
         owner = f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})"
         max_wait = renamed(owner, "max_wait", max_wait, "deadline", deadline, kwargs.get("default_args"))
         super().__init__(**kwargs)
-        from npa_airflow.common.naming import ON_PREVIOUS_TRY
-        from npa_airflow.exceptions import NpaValidationError
+        from npa_airflow.common.previous_try import checked_mode
 
-        if on_previous_try not in ON_PREVIOUS_TRY:
-            raise NpaValidationError(
-                f"on_previous_try={on_previous_try!r} must be one of {ON_PREVIOUS_TRY} "
-                "(adopt the earlier try's live launch or job, or cancel it before launching a new one)"
-            )
-        self.on_previous_try = on_previous_try
+        self.on_previous_try = checked_mode(on_previous_try, "launch or job", "launching")
         self.skypilot_conn_id = skypilot_conn_id
         self.cluster_name = cluster_name
         self.teardown = teardown
@@ -136,14 +130,49 @@ class BurstLaunchOperatorBase(AdoptOrLaunchMixin, BaseOperator):
         return docker_login_secrets(server, conn.login, conn.password)
 
     def _teardown_for(self, created: bool) -> str:
-        from npa_airflow.burst.task import TEARDOWN_POLICIES
-        from npa_airflow.exceptions import NpaValidationError
+        from npa_airflow.burst.adoption import teardown_policy
 
-        if self.teardown is None:
-            return "down" if created else "keep"
-        if self.teardown not in TEARDOWN_POLICIES:
-            raise NpaValidationError(f"teardown={self.teardown!r}: use one of {TEARDOWN_POLICIES} (or None)")
-        return self.teardown
+        return teardown_policy(self.teardown, created)
+
+    def try_refs(self, context: Context) -> list[TryRef]:
+        """Every try of this task instance up to the current one (oldest first): its name and its cluster.
+
+        The names are keyed by this deployment (`common.naming`), so another deployment's launch of the same DAG
+        run is never one of them."""
+        from npa_airflow.burst.tries import try_refs
+        from npa_airflow.common.deployment import current_deployment
+
+        ti = context["ti"]
+        identity = (ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", None), int(ti.try_number or 1))
+        return try_refs(identity, current_deployment(), self.cluster_name)
+
+    def adopt_or_launch(self, hook: SkyPilotHook, context: Context, task: dict[str, Any], nodes: int) -> BurstJobHandle:
+        """The launch this try waits for (adopted or new, `LaunchOrAdopt`), pushed to XCom before any wait so a kill
+        can find it."""
+        from npa_airflow.burst.adoption import LaunchOrAdopt
+        from npa_airflow.burst.tries import legacy_try_refs
+        from npa_airflow.common.deployment import current_deployment
+
+        refs = self.try_refs(context)
+        ti = context["ti"]
+        key = (ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", None))
+        legacy = legacy_try_refs(key, len(refs) - 1, self.cluster_name)  # earlier tries only
+        with hook:
+            handle = LaunchOrAdopt(
+                hook,
+                refs,
+                legacy,
+                task,
+                self.log,
+                conn_id=self.skypilot_conn_id,
+                deployment=current_deployment(),
+                on_previous_try=self.on_previous_try,
+                retry_until_up=self.retry_until_up,
+                teardown=self.teardown,
+            ).run(nodes)
+        self._handle = handle
+        context["ti"].xcom_push(key=xcom_keys.BURST_JOB, value=handle.to_dict())
+        return handle
 
     def execute(self, context: Context) -> Any:
         # Everything that can be wrong with the input fails here, before the first request.

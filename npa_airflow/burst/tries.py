@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from npa_airflow.burst import client as sky
+from npa_airflow.common import previous_try
 from npa_airflow.common.remote_errors import skypilot_cluster_gone
 
 if TYPE_CHECKING:
@@ -132,17 +133,17 @@ class Plan:
 
 
 def plan(found: Sequence[TryLaunch], own_try: int, on_previous_try: str) -> Plan:
-    """Adopt this try's own launch if it made one; else the newest live launch of an earlier try ("reattach",
-    older live ones are duplicates and cancelled) or cancel them all ("cancel"). Ended tries' clusters go."""
+    """Adopt this try's own launch if it made one; else `common.previous_try`'s rule over the earlier tries' live
+    launches: the newest adopted ("reattach", older live ones are duplicates and cancelled) or all cancelled
+    ("cancel"). Ended tries' clusters go."""
     mine = next((t for t in found if t.ref.try_number == own_try and t.found), None)
     earlier = sorted((t for t in found if t.ref.try_number < own_try), key=lambda t: t.ref.try_number)
     live = [t for t in earlier if t.live]
     take_down = tuple(t for t in earlier if t.left_over)
     if mine is not None:
         return Plan(mine, (), take_down)
-    if live and on_previous_try == "reattach":
-        return Plan(live[-1], tuple(live[:-1]), take_down)
-    return Plan(None, tuple(live), take_down)
+    rule = previous_try.on_previous_try(on_previous_try, live)
+    return Plan(rule.adopt, rule.cancel, take_down)
 
 
 def launch_of(ref: TryRef, launches: Sequence[sky.RequestResult]) -> sky.RequestResult | None:

@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 # quoting anywhere and cannot collide with sacct/squeue list syntax (no commas, spaces or pipes).
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 JOB_NAME_MAX = 128
-# What a new try does with a live job of an earlier try: adopt it and wait for it, or cancel it and start anew.
-ON_PREVIOUS_TRY = ("reattach", "cancel")
 SLUG_MAX = 40
 HASH_LEN = 10
 

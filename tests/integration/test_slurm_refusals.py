@@ -109,7 +109,7 @@ def test_a_job_pending_on_a_never_clearing_reason_fails_fast_and_is_cancelled(sl
     assert time.monotonic() - started < 120
     # By id: a job cancelled while waiting on a dependency was never eligible, and sacct's time window
     # (--starttime) leaves such jobs out.
-    job_id = op._handle.job_id
+    job_id = op.linked_job()["job_id"]
     state = poll_state(cluster_ssh, job_id, accounting=slurm_cluster.accounting)
     assert state.startswith("CANCELLED"), state
 

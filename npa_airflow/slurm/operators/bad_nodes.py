@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from npa_airflow.slurm.hook import SlurmHook
 
 BAD_NODES_KEY = "npa_slurm_bad_nodes"
 
@@ -65,3 +68,39 @@ def forget_bad_nodes(context: Mapping[str, Any], log: logging.Logger) -> None:
         store.delete(BAD_NODES_KEY)
     except Exception as exc:
         log.debug("Could not clear the carried bad nodes: %s", exc)
+
+
+def validated_exclusions(context: Mapping[str, Any], hook: SlurmHook, log: logging.Logger) -> list[str]:
+    """The carried bad nodes that still exist on the cluster (`scontrol show nodes`, read through an outage)."""
+    from npa_airflow.slurm.operators.outage import cluster_read
+
+    carried = carried_bad_nodes(context, log)
+    if not carried:
+        return []
+    nodes = cluster_read(log, "reading nodes", hook.nodes)
+    valid = [n for n in carried if n in nodes]
+    dropped = sorted(set(carried) - set(valid))
+    if dropped:
+        log.warning("Not excluding %s: no such node in `scontrol show nodes`", ", ".join(dropped))
+    if valid:
+        log.info("Excluding node(s) %s that failed an earlier try", ", ".join(valid))
+    return valid
+
+
+def record_bad_nodes(
+    context: Mapping[str, Any], hook: SlurmHook, bad_nodes: Sequence[str], log: logging.Logger
+) -> list[str]:
+    """Carry the nodes of an infrastructure failure that exist on the cluster to the next try; the ones carried."""
+    from npa_airflow.slurm.failures import validate_exclusions
+
+    if not bad_nodes:
+        return []
+    try:
+        known = hook.nodes()
+    except Exception as exc:
+        log.warning("Could not validate bad nodes against scontrol (%s); not excluding them", exc)
+        return []
+    valid = sorted(validate_exclusions(bad_nodes, known))
+    if not valid or not remember_bad_nodes(context, valid, log):
+        return []
+    return valid

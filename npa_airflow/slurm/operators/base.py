@@ -12,6 +12,10 @@ and does no I/O; what it needs from outside (the connection, resolved secrets) c
 Each step of a task is its own method: `execute` submits and defers to `execute_complete`; a subclass with more
 steps (the NCCL probe's knob sets) defers to its own method with the step's state in the deferral kwargs.
 
+The operator keeps the steps (execute, defer, execute_complete, on_kill) and wires its collaborators: the try's
+`ThisTry` (job.py: its hook, the step's prepared job and handle), `Submission` (submission.py: adopt or submit),
+`Cancelling` (cancel.py) and `Completion` (completion.py: the event turned into the outcome).
+
 Heavy imports (asyncssh via the hook) happen inside methods: importing this module in a DAG file is cheap.
 """
 
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -30,13 +34,9 @@ from npa_airflow.common import xcom_keys
 from npa_airflow.common.checks import positive_duration
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import SlurmJobLink
-from npa_airflow.common.naming import ON_PREVIOUS_TRY
+from npa_airflow.common.previous_try import checked_mode
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.operators.cancel import JobCancelMixin
-from npa_airflow.slurm.operators.completion import JobCompletionMixin
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, ThisTry
-from npa_airflow.slurm.operators.job_secrets import JobSecretsMixin
-from npa_airflow.slurm.operators.submission import AdoptOrSubmitMixin
 
 if TYPE_CHECKING:
     import jinja2
@@ -45,11 +45,12 @@ if TYPE_CHECKING:
     from npa_airflow.common.deployment import Deployment
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
+    from npa_airflow.slurm.operators.cancel import Cancelling
 
 DEFAULT_PENDING_ALLOWANCE = timedelta(hours=24)
 
 
-class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixin, JobSecretsMixin, BaseOperator):
+class SlurmJobOperatorBase(BaseOperator):
     """Run one Slurm job for this task instance and wait for it; see the module docstring.
 
     :param slurm_conn_id: the Slurm connection (login hosts, user, key, results root...).
@@ -83,11 +84,7 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if on_previous_try not in ON_PREVIOUS_TRY:
-            raise NpaValidationError(
-                f"on_previous_try={on_previous_try!r} must be one of {ON_PREVIOUS_TRY} "
-                "(adopt the earlier try's live job, or cancel it before submitting a new one)"
-            )
+        checked_mode(on_previous_try, "job", "submitting")
         if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
             raise NpaValidationError(f"poll_interval={poll_interval!r} must be a positive number of seconds")
         self.slurm_conn_id = slurm_conn_id
@@ -98,13 +95,8 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
         self.max_wait = positive_duration(max_wait, "max_wait")
         self.stream_logs = stream_logs
         self.cancel_on_kill = cancel_on_kill
-        self._handle: SlurmJobHandle | None = None
         self._this_try: ThisTry | None = None
-        self._in_flight: PreparedJob | None = None
-        self._killed = False
-        self._done = False
-        # How the current step prepares the job of another name (an earlier try's, to reattach to it).
-        self._prepare_named: Callable[[str], PreparedJob] | None = None
+        self._secrets_masked = False  # once per process: the worker that submits, the worker that completes
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
@@ -114,7 +106,8 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
 
     def linked_job(self) -> dict[str, Any] | None:
         """The handle of the job this try has (the "Slurm job" link), None before or without one."""
-        return self._handle.to_dict() if self._handle is not None else None
+        handle = self._this_try.handle if self._this_try is not None else None
+        return handle.to_dict() if handle is not None else None
 
     def render_template(
         self,
@@ -154,56 +147,34 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
     def check_on_cluster(self, hook: SlurmHook, job: PreparedJob) -> None:
         """Read-only checks before anything is written: the inputs exist, the partition exists, allows the wall
         time and can ever hold the request (nodes, GPUs and memory per node)."""
-        self._check_inputs(hook, job)
-        if job.partition is None and job.time_minutes is None and job.nodes is None:
-            return
-        nodes: dict[str, Any] | None = None
-        if job.nodes is None:
-            partitions = self.cluster_read("reading partitions", hook.partitions)
-        else:  # the fit check needs the nodes too: both in one round trip
-            partitions, nodes = self.cluster_read("reading partitions and nodes", hook.cluster_layout)
-        name = job.partition or next((p.name for p in partitions.values() if p.default), None)
-        if name is None:
-            return
-        for part in name.split(","):
-            info = partitions.get(part)
-            if info is None:
-                raise NpaValidationError(
-                    f"partition {part!r} does not exist on the cluster of connection {self.slurm_conn_id!r}; "
-                    f"known partitions: {', '.join(sorted(partitions)) or 'none'}"
-                )
-            limit = info.max_time_minutes
-            if limit is not None and job.time_minutes is not None and job.time_minutes > limit:
-                raise NpaValidationError(
-                    f"time_hours asks for {job.time_minutes} min but partition {part!r} allows at most {limit} min "
-                    "(MaxTime); lower time_hours or choose a partition whose MaxTime allows it"
-                )
-        if nodes is not None:
-            self._check_fit(job, [partitions[p] for p in name.split(",")], nodes)
+        from npa_airflow.slurm.operators.cluster_checks import check_on_cluster
 
-    def _check_inputs(self, hook: SlurmHook, job: PreparedJob) -> None:
-        if not job.required_paths:
-            return
-        exists = self.cluster_read("checking inputs", hook.paths_exist, list(job.required_paths))
-        missing = [p for p, ok in exists.items() if not ok]
-        if missing:
-            raise NpaValidationError(
-                f"required inputs do not exist on the cluster (checked with test -e): {', '.join(missing)}. Stage "
-                "the data on shared storage (e.g. Lustre) first, or correct the paths; nothing was written or "
-                "submitted."
-            )
+        check_on_cluster(hook, job, self.slurm_conn_id, self.log)
 
-    def _check_fit(self, job: PreparedJob, partitions: Sequence[Any], nodes: dict[str, Any]) -> None:
-        """Refuse a request no partition of the job can ever run (it would pend until its deadline)."""
-        from npa_airflow.slurm.fit import Request, misfit
+    def cluster_read(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a read-only hook call through a short outage (better than burning a retry)."""
+        from npa_airflow.slurm.operators.outage import cluster_read
 
-        request = Request(nodes=job.nodes or 1, gpus_per_node=job.gpus_per_node, mem_mb=job.mem_mb)
-        reasons = [misfit(request, part, nodes) for part in partitions]
-        if all(reasons):
-            raise NpaValidationError(
-                f"this job can never start on the cluster of connection {self.slurm_conn_id!r}: "
-                f"{'; '.join(r for r in reasons if r)}. Nothing was submitted."
-            )
+        return cluster_read(self.log, what, call, *args, **kwargs)
+
+    def secret_references(self) -> dict[str, str]:
+        """The `secret_env` references of this task's jobs ({} here): every process that writes the job's output
+        resolves them and registers the values with its secrets masker first (`mask_job_secrets`)."""
+        return {}
+
+    def mask_job_secrets(self, values: Iterable[str] | None = None) -> bool:
+        """Register the job's secret values (resolved now unless given) with this process's secrets masker, once.
+
+        False when they could not be read: the caller then writes nothing of the job's output it read itself.
+        """
+        from npa_airflow.slurm.operators.job_secrets import mask_secret_values
+
+        refs = self.secret_references()
+        if refs and not self._secrets_masked:
+            if not mask_secret_values(refs, values, self.log):
+                return False
+            self._secrets_masked = True
+        return True
 
     # -- identity ----------------------------------------------------------------------------------------
 
@@ -244,8 +215,15 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
 
     def job_hook(self, handle: SlurmJobHandle) -> SlurmHook:
         """The hook for commands about `handle`'s job: scancel, sacct and scontrol name the cluster it is on."""
-        hook = self._this_try.hook if self._this_try is not None else self.get_hook()
-        return hook.on_cluster(handle.cluster) if handle.cluster else hook
+        from npa_airflow.slurm.operators.job import on_job_cluster
+
+        return on_job_cluster(self._this_try.hook if self._this_try is not None else self.get_hook(), handle)
+
+    def cancelling(self, this_try: ThisTry) -> Cancelling:
+        """The cancels of `this_try`'s jobs (by handle, by request, by name while in flight)."""
+        from npa_airflow.slurm.operators.cancel import Cancelling
+
+        return Cancelling(this_try, self.log)
 
     # -- execute -----------------------------------------------------------------------------------------
 
@@ -262,23 +240,24 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
         next_kwargs: dict[str, Any] | None = None,
     ) -> Any:
         """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`."""
-        hook = self.this_try(context).hook
-        exclude = self._validated_exclusions(context, hook)
-        env = self.job_environment(hook)
-        step = dict(step or {})
-        self._prepare_named = lambda name: self.prepare_job(name, (), env, step)
+        from npa_airflow.slurm.operators.bad_nodes import validated_exclusions
         from npa_airflow.slurm.scripts import check_script_size
 
+        this = self.this_try(context)
+        hook = this.hook
+        exclude = validated_exclusions(context, hook, self.log)
+        env = self.job_environment(hook)
+        step = dict(step or {})
         job = self.prepare_job(job_name, exclude, env, step)
         job = replace(job, owner_comment=self.owner_comment(context, job_name))
         check_script_size(job.script)
         self.check_prepared_job(job)
         self._show_submitted(job)
         self.check_on_cluster(hook, job)
-        self._handle, self._in_flight = None, job  # on_kill cancels by this job's name until its id is known
-        handle = self._adopt_or_submit(context, hook, job)
-        self._handle, self._in_flight = handle, None
-        self.stop_if_killed(hook, handle)
+        this.handle, this.job = None, job  # on_kill cancels by this job's name until its id is known
+        handle = self._adopt_or_submit(context, hook, job, lambda name: self.prepare_job(name, (), env, step))
+        this.handle = handle
+        self.cancelling(this).stop_if_killed(hook, handle)
         context["ti"].xcom_push(key=xcom_keys.SLURM_JOB, value=handle.to_dict())
         context["ti"].xcom_push(key=xcom_keys.SLURM_TRY, value=self.ti_identity(context)[4])
         self.log.info(
@@ -291,6 +270,27 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
             )
         trigger.use_resolved_secrets(env.secrets.values())
         return getattr(self, next_method)(context, self._wait_here(trigger), **(next_kwargs or {}))
+
+    def _adopt_or_submit(
+        self, context: Context, hook: SlurmHook, job: PreparedJob, prepare_named: Callable[[str], PreparedJob]
+    ) -> SlurmJobHandle:
+        """The job of this step: an earlier try's or this try's found by name, else a new one (`Submission`)."""
+        from npa_airflow.slurm.operators.submission import Submission, try_names
+
+        identity = self.ti_identity(context)
+        deployment = self.deployment()
+        return Submission(
+            hook,
+            try_names(identity, job.job_name, deployment),
+            job,
+            self.log,
+            self.cancelling(self.this_try(context)),
+            conn_id=self.slurm_conn_id,
+            try_number=identity[4],
+            deployment=deployment,
+            on_previous_try=self.on_previous_try,
+            prepare_named=prepare_named,
+        ).run()
 
     def _show_submitted(self, job: PreparedJob) -> None:
         """Hook for subclasses that expose the final script as a template field."""
@@ -341,35 +341,45 @@ class SlurmJobOperatorBase(AdoptOrSubmitMixin, JobCompletionMixin, JobCancelMixi
 
         return asyncio.run(first_event()).payload
 
-    # -- bad nodes carried from an infrastructure failure to the next try (see bad_nodes.py) ---------------
+    # -- the end of a step, and a kill -----------------------------------------------------------------------
 
-    def _validated_exclusions(self, context: Context, hook: SlurmHook) -> list[str]:
-        from npa_airflow.slurm.operators.bad_nodes import carried_bad_nodes
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        """The job of `execute` ended (or its wait did): succeed, fail, or fail for a retry."""
+        return self.complete_job(context, event, own_job_name=self.job_name_for_context(context))
 
-        carried = carried_bad_nodes(context, self.log)
-        if not carried:
-            return []
-        nodes = self.cluster_read("reading nodes", hook.nodes)
-        valid = [n for n in carried if n in nodes]
-        dropped = sorted(set(carried) - set(valid))
-        if dropped:
-            self.log.warning("Not excluding %s: no such node in `scontrol show nodes`", ", ".join(dropped))
-        if valid:
-            self.log.info("Excluding node(s) %s that failed an earlier try", ", ".join(valid))
-        return valid
+    def complete_job(self, context: Context, event: dict[str, Any] | None, *, own_job_name: str) -> Any:
+        """Turn the wait's event into the task's outcome; `own_job_name` is the job this step itself submits."""
+        from npa_airflow.slurm.operators.completion import Completion
 
-    def _record_bad_nodes(self, context: Context, hook: SlurmHook, bad_nodes: Sequence[str]) -> list[str]:
-        from npa_airflow.slurm.failures import validate_exclusions
-        from npa_airflow.slurm.operators.bad_nodes import remember_bad_nodes
+        this = self.this_try(context)
+        return Completion(
+            context,
+            this,
+            self.log,
+            self.cancelling(this),
+            own_job_name=own_job_name,
+            mask_secrets=self.mask_job_secrets,
+            restart=lambda: self.restart_after_clear(context),
+        ).outcome(event)
 
-        if not bad_nodes:
-            return []
-        try:
-            known = hook.nodes()
-        except Exception as exc:
-            self.log.warning("Could not validate bad nodes against scontrol (%s); not excluding them", exc)
-            return []
-        valid = sorted(validate_exclusions(bad_nodes, known))
-        if not valid or not remember_bad_nodes(context, valid, self.log):
-            return []
-        return valid
+    def restart_after_clear(self, context: Context) -> Any:
+        """Run this try from its first step again, as if it had just started (its own job, not an adopted one)."""
+        return self.execute(context)
+
+    def on_kill(self) -> None:
+        """Airflow is killing the task (its SIGTERM handler calls this; SIGKILL follows 5 s later): cancel the job.
+
+        By id once the job is known. While sbatch, or the reconciliation of an ambiguous submission, is still
+        in flight, by this try's exact job name (no other try's or task's job has it), after creating the cancel
+        marker that makes an sbatch still running on the login host cancel its own job when it returns. The
+        interrupted submission then stops where it resumes (`Cancelling.stop_if_killed`).
+        """
+        this = self._this_try
+        if this is None or this.done or not self.cancel_on_kill:
+            return
+        this.killed = True
+        cancelling, handle = self.cancelling(this), this.handle
+        if handle is not None:
+            cancelling.cancel_job(this.hook_for(handle), handle, "the task was killed", killed=True)
+        elif this.job is not None:
+            cancelling.cancel_in_flight(self.get_hook(), this.job)

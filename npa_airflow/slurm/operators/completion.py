@@ -1,4 +1,5 @@
-"""The end of a Slurm job step: the wait's event turned into the task's outcome. Mixed into `SlurmJobOperatorBase`.
+"""The end of a Slurm job step: the wait's event turned into the task's outcome (`Completion`, made by the operator
+for each event).
 
 Success returns the handle; a wait that ended first (deadline, a reason that never clears, a lost job) cancels and
 fails; a cancel by Airflow of an adopted job restarts the try; a failure is classified: infrastructure (retried
@@ -8,7 +9,7 @@ without its bad nodes) or program (not retried).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,29 +17,44 @@ if TYPE_CHECKING:
 
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
-    from npa_airflow.slurm.operators.cancel import CancelReport
+    from npa_airflow.slurm.operators.cancel import Cancelling
+    from npa_airflow.slurm.operators.job import ThisTry
 
 
-class JobCompletionMixin:
-    """The completion half of the job lifecycle (the operator supplies the attributes declared here)."""
+class Completion:
+    """The outcome of one step's event (`outcome`).
 
-    log: logging.Logger
-    _handle: SlurmJobHandle | None
-    _done: bool
-    execute: Callable[[Context], Any]
-    job_name_for_context: Callable[[Context], str]
-    job_hook: Callable[[SlurmJobHandle], SlurmHook]
-    _cancel_job: Callable[..., CancelReport]
-    fail_unless_cancelled_by_airflow: Callable[..., None]
-    _failure_tail: Callable[[SlurmHook, SlurmJobHandle, dict[str, Any]], str]
-    _record_bad_nodes: Callable[[Context, SlurmHook, Sequence[str]], list[str]]
+    :param context: the task's context (the bad nodes live in its task state store).
+    :param this_try: the try: its hook, and the handle and `done` set here.
+    :param log: the task's logger.
+    :param cancelling: cancels the job when the wait ended before it did; tells who cancelled it.
+    :param own_job_name: the job this step itself submits (another name is an adopted earlier try's).
+    :param mask_secrets: registers the job's secret values with this process's masker; False when it could not
+        (the job's output is then not read here).
+    :param restart: runs the try from its first step again (an adopted job that a clear cancelled).
+    """
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        """The job of `execute` ended (or its wait did): succeed, fail, or fail for a retry."""
-        return self.complete_job(context, event, own_job_name=self.job_name_for_context(context))
+    def __init__(
+        self,
+        context: Context,
+        this_try: ThisTry,
+        log: logging.Logger,
+        cancelling: Cancelling,
+        *,
+        own_job_name: str,
+        mask_secrets: Callable[[], bool],
+        restart: Callable[[], Any],
+    ) -> None:
+        self.context = context
+        self.this_try = this_try
+        self.log = log
+        self.cancelling = cancelling
+        self.own_job_name = own_job_name
+        self.mask_secrets = mask_secrets
+        self.restart = restart
 
-    def complete_job(self, context: Context, event: dict[str, Any] | None, *, own_job_name: str) -> Any:
-        """Turn the wait's event into the task's outcome; `own_job_name` is the job this step itself submits."""
+    def outcome(self, event: dict[str, Any] | None) -> Any:
+        """Turn the wait's event into the task's outcome: the handle's dict, or an exception."""
         from airflow.sdk.exceptions import AirflowFailException
 
         from npa_airflow.slurm.operators.bad_nodes import forget_bad_nodes
@@ -46,21 +62,33 @@ class JobCompletionMixin:
         handle, status = self._accept_event(event)
         job = f"Slurm job {handle.job_id} ({handle.job_name})"
         if status == "success":
-            self._done = True
-            forget_bad_nodes(context, self.log)
+            self.this_try.done = True
+            forget_bad_nodes(self.context, self.log)
             self.log.info("%s completed", job)
             return handle.to_dict()
-        hook = self.job_hook(handle)
+        hook = self.this_try.hook_for(handle)
         if status in ("deadline", "unsatisfiable", "vanished"):
-            self._done = True
+            self.this_try.done = True
             raise self._ended_by_the_wait(hook, handle, event, job)
         if status == "canceled":
-            return self._after_cancel(context, hook, handle, event, own_job_name)
-        self._done = True
+            return self._after_cancel(hook, handle, event)
+        self.this_try.done = True
         tail = self._failure_tail(hook, handle, event)
         if status == "marker_missing":
             raise AirflowFailException(f"{event['message']}\n--- last lines of the job's output ---\n{tail}")
-        return self._fail_for_failed_job(context, hook, event, handle, tail)
+        return self._fail_for_failed_job(hook, event, handle, tail)
+
+    def _accept_event(self, event: Any) -> tuple[SlurmJobHandle, str]:
+        from airflow.sdk.exceptions import AirflowException
+
+        from npa_airflow.slurm.triggers import event_handle, validate_event
+
+        try:
+            event = validate_event(event)
+        except ValueError as exc:
+            raise AirflowException(f"Slurm wait ended with an unusable event: {exc}") from exc
+        self.this_try.handle = event_handle(event)
+        return self.this_try.handle, event["status"]
 
     def _ended_by_the_wait(self, hook: SlurmHook, handle: SlurmJobHandle, event: dict[str, Any], job: str) -> Exception:
         """The error for a wait that ended before the job did: its deadline passed, Slurm can never start it, or
@@ -73,28 +101,28 @@ class JobCompletionMixin:
                 f"{event['message']}. A retry looks for the job by name and submits a new one if it is gone."
             )
         if status == "deadline":
-            report = self._cancel_job(hook, handle, "its deadline passed")
+            report = self.cancelling.cancel_job(hook, handle, "its deadline passed")
             return AirflowException(
                 f"{job} did not finish before its deadline (max_wait / execution_timeout, counted from the job's "
                 f"submission); {report.says}"
             )
-        report = self._cancel_job(hook, handle, f"Slurm says it can never start ({event.get('reason')})")
+        report = self.cancelling.cancel_job(hook, handle, f"Slurm says it can never start ({event.get('reason')})")
         message = (
             f"{event['message']}; {report.says}. Change the request (nodes, gpus_per_node, --mem, --constraint, "
             "partition, account/QOS) to what the cluster offers and run the task again."
         )
         return AirflowFailException(message) if report.done else AirflowException(message)
 
-    def _after_cancel(
-        self, context: Context, hook: SlurmHook, handle: SlurmJobHandle, event: dict[str, Any], own_job_name: str
-    ) -> Any:
+    def _after_cancel(self, hook: SlurmHook, handle: SlurmJobHandle, event: dict[str, Any]) -> Any:
         """The job was cancelled. Outside Airflow: fail, naming who. By Airflow, for a job this try had adopted
         from an earlier one: the user cleared that try (its trigger's on_kill cancels), which means "run again"."""
         from npa_airflow.slurm.operators.job import fail_task
 
-        adopted = handle.job_name != own_job_name
+        adopted = handle.job_name != self.own_job_name
         whose = " of an earlier try" if adopted else ""
-        self.fail_unless_cancelled_by_airflow(hook, handle.job_id, handle.job_name, handle.script_path, whose)
+        self.cancelling.fail_unless_cancelled_by_airflow(
+            hook, handle.job_id, handle.job_name, handle.script_path, whose
+        )
         if adopted:
             self.log.warning(
                 "Slurm job %s (%s) of an earlier try was cancelled by Airflow (the task was cleared); submitting "
@@ -102,40 +130,23 @@ class JobCompletionMixin:
                 handle.job_id,
                 handle.job_name,
             )
-            return self.restart_after_clear(context)
-        self._done = True
+            return self.restart()
+        self.this_try.done = True
         raise fail_task(
             f"Slurm job {handle.job_id} ({handle.job_name}) was cancelled by Airflow while this try waited for it "
             f"({event.get('native_state')}): another try or a kill of the task cancelled it"
         )
 
-    def restart_after_clear(self, context: Context) -> Any:
-        """Run this try from its first step again, as if it had just started (its own job, not an adopted one)."""
-        return self.execute(context)
-
-    def _accept_event(self, event: Any) -> tuple[SlurmJobHandle, str]:
-        from airflow.sdk.exceptions import AirflowException
-
-        from npa_airflow.slurm.triggers import event_handle, validate_event
-
-        try:
-            event = validate_event(event)
-        except ValueError as exc:
-            raise AirflowException(f"Slurm wait ended with an unusable event: {exc}") from exc
-        self._handle = event_handle(event)
-        return self._handle, event["status"]
-
-    def _fail_for_failed_job(
-        self, context: Context, hook: SlurmHook, event: dict[str, Any], handle: SlurmJobHandle, tail: str
-    ) -> Any:
+    def _fail_for_failed_job(self, hook: SlurmHook, event: dict[str, Any], handle: SlurmJobHandle, tail: str) -> Any:
         """A FAILED job: an infrastructure failure is retried without the bad nodes; a program failure is not."""
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+        from npa_airflow.slurm.operators.bad_nodes import record_bad_nodes
         from npa_airflow.slurm.operators.outcome import classify_failure
 
         verdict = classify_failure(event, handle.job_name, tail)
         if verdict.kind == "infra":
-            excluded = self._record_bad_nodes(context, hook, verdict.bad_nodes)
+            excluded = record_bad_nodes(self.context, hook, verdict.bad_nodes, self.log)
             where = f"; the next try excludes {', '.join(excluded)}" if excluded else ""
             raise AirflowException(
                 f"Slurm job {handle.job_id} ({handle.job_name}) failed for an infrastructure reason "
@@ -145,11 +156,19 @@ class JobCompletionMixin:
             f"{event['message']}: a program failure, not retried.\n--- last lines of the job's output ---\n{tail}"
         )
 
-    def _log_tail(self, hook: SlurmHook, handle: SlurmJobHandle) -> str:
+    def _failure_tail(self, hook: SlurmHook, handle: SlurmJobHandle, event: dict[str, Any]) -> str:
+        """The end of the job's output for the failure message, every secret value masked.
+
+        Read from the cluster when this process could register the secrets, else the event's tail (which the
+        trigger masked as it wrote it).
+        """
+        from npa_airflow.common.secret_masking import redact_text
         from npa_airflow.slurm.operators.outcome import read_log_tail
 
-        try:
-            return read_log_tail(hook, handle)
-        except Exception as exc:
-            self.log.warning("Could not read the end of the job's log: %s", exc)
-            return ""
+        tail = ""
+        if self.mask_secrets():
+            try:
+                tail = read_log_tail(hook, handle)
+            except Exception as exc:
+                self.log.warning("Could not read the end of the job's log: %s", exc)
+        return redact_text(tail or event.get("log_tail") or "")

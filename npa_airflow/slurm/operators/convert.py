@@ -196,17 +196,18 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
 
         return SqshConvertTrigger(**self._trigger_kwargs(handle, deadline))
 
-    def cancel_held_by_qos_memory(self, event: dict[str, Any]) -> None:
+    def cancel_held_by_qos_memory(self, context: Context, event: dict[str, Any]) -> None:
         """The seed's rule for a conversion held by QOSGrpMemLimit: cancel it and say what to do, never wait."""
         from npa_airflow.slurm.enroot import qos_memory_advice
         from npa_airflow.slurm.triggers import event_handle
 
         handle = event_handle(event)
-        hook = self.job_hook(handle)
+        this = self.this_try(context)
+        hook = this.hook_for(handle)
         partition = self.partition or hook.config.cpu_partition or "?"
         reason = str(event.get("reason") or "QOSGrpMemLimit")
-        report = self._cancel_job(hook, handle, f"pending on {reason}")
-        self._done = True
+        report = self.cancelling(this).cancel_job(hook, handle, f"pending on {reason}")
+        this.done = True
         advice = qos_memory_advice(handle.job_id, reason, partition, self.cpus, str(self.mem))
         raise fail_task(f"{advice or f'conversion job {handle.job_id} is pending on {reason}'} ({report.says})")
 
@@ -218,7 +219,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
         # event flagged blocked_by_qos, which a task deferred across an upgrade may still receive).
         held = isinstance(event, dict) and (event.get("status") == "held_by_qos" or event.get("blocked_by_qos"))
         if held and isinstance(event.get("handle"), dict):
-            self.cancel_held_by_qos_memory(event)
+            self.cancel_held_by_qos_memory(context, event)
         try:
             super().execute_complete(context, event)
         except AirflowException as exc:

@@ -72,16 +72,32 @@ class JobEnvironment:
 
 @dataclass
 class ThisTry:
-    """What one try reads and builds once in this process, shared by rendering and its steps.
+    """What one try reads and builds once in this process, shared by rendering, its steps and on_kill.
 
     `hook` reads the connection on first use and keeps it: the spec, the job and its handle all take that one
     config. `spec` is the spec of the job the try submits, for an operator that builds one when its fields render
-    (SlurmSubmitOperator), so that the script shown and the script submitted come from the same build.
+    (SlurmSubmitOperator), so that the script shown and the script submitted come from the same build. `job` is the
+    current step's prepared job and `handle` its job once known: until then a kill cancels `job` by its name.
+    `killed` (on_kill ran: a submission in flight stops where it resumes) and `done` (the outcome is decided: a
+    kill cancels nothing any more) are read by the cancels (`operators/cancel.py`).
     """
 
     identity: tuple[str, str, str, int | None, int]  # dag, task, run, map index, try
     hook: SlurmHook
     spec: SbatchSpec | None = None
+    job: PreparedJob | None = None
+    handle: SlurmJobHandle | None = None
+    killed: bool = False
+    done: bool = False
+
+    def hook_for(self, handle: SlurmJobHandle) -> SlurmHook:
+        """The hook for commands about `handle`'s job (scancel, sacct and scontrol name the cluster it is on)."""
+        return on_job_cluster(self.hook, handle)
+
+
+def on_job_cluster(hook: SlurmHook, handle: SlurmJobHandle) -> SlurmHook:
+    """`hook`, aimed at the cluster `handle`'s job is on."""
+    return hook.on_cluster(handle.cluster) if handle.cluster else hook
 
 
 def results_root_for(cfg: SlurmConnectionConfig, override: str | None, conn_id: str) -> str:

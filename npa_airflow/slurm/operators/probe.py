@@ -225,8 +225,9 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
             return self._probe_passed(context, handle, knob_index)
         if outcome == "error":
             return self.complete_job(context, event, own_job_name=self.job_name_for_knob_set(context, knob_index))
+        this = self.this_try(context)
         if event["status"] == "deadline":
-            self._cancel_job(self.job_hook(handle), handle, "the probe's deadline passed")
+            self.cancelling(this).cancel_job(this.hook_for(handle), handle, "the probe's deadline passed")
         self.log.warning(
             "Probe with knob set %d (%s) hung or timed out (job %s, %s)",
             knob_index + 1,
@@ -236,7 +237,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         )
         if knob_index + 1 < len(self.knob_sets):
             return self.probe_knob_set(context, knob_index + 1)
-        self._done = True
+        this.done = True
         tried = "; ".join(f"{i + 1}: {knobs_label(k)}" for i, k in enumerate(self.knob_sets))
         raise fail_task(
             f"the collective probe hung with every knob set ({tried}). Do not start the multi-node job: check the "
@@ -260,7 +261,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
 
         from npa_airflow.slurm.probe import encode_cache, knobs_label
 
-        self._done = True
+        self.this_try(context).done = True
         knobs = self.knob_sets[knob_index]
         key = self.cache_key(context) if self.use_cache else "(cache off)"
         if self.use_cache:

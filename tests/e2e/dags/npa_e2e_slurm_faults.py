@@ -27,8 +27,8 @@ TICKER = {
 class LingeringSubmitOperator(SlurmSubmitOperator):
     """SlurmSubmitOperator that waits on its worker between the submission and the handle's XCom push."""
 
-    def _adopt_or_submit(self, context, hook, job):
-        handle = super()._adopt_or_submit(context, hook, job)
+    def _adopt_or_submit(self, context, *args, **kwargs):
+        handle = super()._adopt_or_submit(context, *args, **kwargs)
         if context["ti"].try_number == 1:
             linger = float(context["params"]["linger"])
             self.log.info("Submitted job %s; lingering %.0f s before the handle reaches XCom", handle.job_id, linger)

@@ -8,7 +8,7 @@ import pytest
 from airflow.models.taskinstancekey import TaskInstanceKey
 
 from npa_airflow.common import links, xcom_keys
-from tests.harness.slurm_operator_doubles import handle_dict
+from tests.harness.slurm_operator_doubles import context, handle_dict
 
 KEY = TaskInstanceKey(dag_id="d", task_id="t", run_id="manual__1", try_number=1, map_index=3)
 
@@ -175,5 +175,5 @@ def test_a_live_operator_s_link_comes_from_its_own_job_without_asking_xcom(monke
     assert links.SlurmJobLink().get_link(op, ti_key=KEY) == ""
     from npa_airflow.slurm.handle import SlurmJobHandle
 
-    op._handle = SlurmJobHandle.from_dict(handle_dict())
+    op.this_try(context()).handle = SlurmJobHandle.from_dict(handle_dict())
     assert links.SlurmJobLink().get_link(op, ti_key=KEY) == "https://site/job/101"

@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
 from npa_airflow.slurm.commands import SubmitResult
-from npa_airflow.slurm.operators import cancel as cancel_mixin
+from npa_airflow.slurm.operators import outage
 from npa_airflow.slurm.operators.bad_nodes import BAD_NODES_KEY
 from npa_airflow.slurm.triggers import make_event_payload
 from tests.harness.slurm_operator_doubles import (
@@ -207,7 +207,7 @@ def test_on_kill_cancels_only_a_job_that_is_still_ours():
     assert hook.calls == []
     from npa_airflow.slurm.handle import SlurmJobHandle
 
-    op._handle = SlurmJobHandle.from_dict(handle_dict())
+    op.this_try(context()).handle = SlurmJobHandle.from_dict(handle_dict())
     op.on_kill()
     assert hook.calls == [("cancel", "101")]
 
@@ -257,7 +257,7 @@ def test_read_only_queries_ride_out_a_short_controller_outage(monkeypatch):
 
     with pytest.raises(NpaHostKeyError):  # never retried
         op.cluster_read("reading partitions", untrusted)
-    monkeypatch.setattr(cancel_mixin, "OUTAGE_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(outage, "OUTAGE_RETRY_SECONDS", 0.0)
 
     def down():
         raise NpaRemoteError("slurm_load_partitions error: Unable to contact slurm controller")

@@ -15,7 +15,7 @@ from npa_airflow.slurm.cancels import CancelRequest
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.operators import SlurmSqshConvertOperator
 from tests.harness.slurm_operator_doubles import CFG_WITH_EXTRAS as CFG
-from tests.harness.slurm_operator_doubles import sqsh_convert_handle
+from tests.harness.slurm_operator_doubles import context, sqsh_convert_handle
 
 
 class RecordingHook:
@@ -43,7 +43,7 @@ def test_blocked_conversion_is_cancelled_with_the_seeds_advice(monkeypatch) -> N
         "reason": "QOSGrpMemLimit",
     }
     with pytest.raises(AirflowFailException) as err:
-        op.execute_complete({}, event)
+        op.execute_complete(context(), event)
     assert hook.cancelled == ["42"]
     message = str(err.value)
     assert "PENDING on QOSGrpMemLimit" in message
