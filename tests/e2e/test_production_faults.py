@@ -74,11 +74,14 @@ def test_a_stalled_holder_triggerer_never_cancels_the_job(prod, api, db, sacct_s
         taken_over_by = stall_holder(prod, db, DAG_ID, run_id, TASK_ID, stalled, 2 * threshold)
         done = api.wait_for_state(DAG_ID, run_id, TASK_ID, {"success"}, timeout=seconds + 180)
         state = sacct_state(job_id)
-        got = ticks(api.log_lines(DAG_ID, run_id, TASK_ID, done["try_number"]))
+        log = api.log_lines(DAG_ID, run_id, TASK_ID, done["try_number"])
+        got = ticks(log)
         results.append((run, stalled, taken_over_by, state, len(got)))
         assert taken_over_by in TRIGGERERS and taken_over_by != stalled, f"run {run}: no takeover ({taken_over_by})"
         assert state == "COMPLETED", f"run {run}: the job ended {state} after a triggerer stall"
-        assert got == list(range(1, seconds + 1)), f"run {run}: lines lost or written twice: {got}"
+        assert got == list(range(1, seconds + 1)), f"run {run}: lines lost or written twice: {got}; log of try " + (
+            f"{done['try_number']}:\n" + "\n".join(log)
+        )
     print(f"\n[fault] triggerer stall {2 * threshold:.0f}s x{STALL_RUNS}: {results}")
 
 
