@@ -4,32 +4,30 @@ The hook owns what is said to the API server and in which order (launch, launch 
 teardown), as async methods with a sync facade, the way ``SlurmHook`` owns SSH; operators, sensors, the trigger
 and the watch call these methods and never build requests themselves.
 
-Connection fields: host = endpoint (``http://127.0.0.1:46580``; a port on the connection is appended),
-extra ``token`` (service-account Bearer token; the password field works too), ``config_overrides``
-(object merged into each request's SkyPilot config), ``dashboard_url_template``, ``user`` (the name
-requests are made as; default ``airflow``).
+The connection's fields and how they are read: :mod:`npa_airflow.burst.connection` (``SkyPilotConnectionConfig``,
+importable from here too).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import json
 import logging
 import weakref
 from collections.abc import AsyncIterator, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
+from npa_airflow.burst.connection import SkyPilotConnectionConfig
 from npa_airflow.common.configured_hook import ConfiguredHook
 from npa_airflow.common.remote_errors import skypilot_cluster_missing
 from npa_airflow.common.retry import Backoff, apause
-from npa_airflow.exceptions import NpaError, NpaValidationError
+from npa_airflow.exceptions import NpaError
 
 if TYPE_CHECKING:
     from npa_airflow.burst.client import AsyncSkyPilotClient, Identity, RequestResult, ServerInfo, SkyPilotClient
     from npa_airflow.burst.handle import BurstJobHandle
+
+__all__ = ["SkyPilotConnectionConfig", "SkyPilotHook", "SubmittedLaunch"]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -40,76 +38,6 @@ TEARDOWN_BACKOFF = Backoff(base=5.0, cap=10.0, jitter=0.0)
 # A followed log stream silent this long is dead: the API server sends a heartbeat every 30 s (SkyPilot 0.14).
 LOG_SILENCE_SECONDS = 90.0
 LOG_TAIL_CHARS = 8192
-
-
-_warned_cleartext: set[str] = set()
-
-
-def warn_cleartext(conn_id: str, endpoint: str, hostname: str) -> None:
-    """Once per process and endpoint: an http:// endpoint off this machine sends the token in clear."""
-    if endpoint in _warned_cleartext or _is_loopback(hostname):
-        return
-    _warned_cleartext.add(endpoint)
-    log.warning(
-        "SkyPilot connection %s uses %s over plain http: its token and the launches' secrets (registry "
-        "credentials) travel in clear. Use https:// (a host without a scheme means https).",
-        *(conn_id, endpoint),
-    )
-
-
-def _is_loopback(hostname: str) -> bool:
-    if hostname == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(hostname).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass(frozen=True)
-class SkyPilotConnectionConfig:
-    endpoint: str
-    token: str | None = field(default=None, repr=False)
-    config_overrides: dict[str, Any] = field(default_factory=dict)
-    dashboard_url_template: str | None = None
-    user: str = "airflow"
-
-    @classmethod
-    def from_connection(cls, conn: Any) -> SkyPilotConnectionConfig:
-        conn_id = getattr(conn, "conn_id", "?")
-        host = (conn.host or "").strip()
-        if not host:
-            raise NpaValidationError(
-                f"connection {conn_id!r}: host is empty; set it to the SkyPilot API server endpoint, "
-                "e.g. http://127.0.0.1:46580"
-            )
-        if "://" not in host:  # plain http only when written: the token and the launch's secrets travel in clear
-            host = f"{'http' if conn.schema == 'http' else 'https'}://{host}"
-        parts = urlsplit(host)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise NpaValidationError(f"connection {conn_id!r}: host={conn.host!r} is not an http(s) endpoint")
-        endpoint = host.rstrip("/")
-        if conn.port and parts.port is None:
-            endpoint = f"{parts.scheme}://{parts.netloc}:{conn.port}{parts.path}".rstrip("/")
-        if parts.scheme == "http":
-            warn_cleartext(conn_id, endpoint, parts.hostname)
-        extra = conn.extra_dejson or {}
-        overrides = extra.get("config_overrides") or {}
-        if isinstance(overrides, str):
-            try:
-                overrides = json.loads(overrides) if overrides.strip() else {}
-            except ValueError as exc:
-                raise NpaValidationError(f"connection {conn_id!r}: config_overrides is not JSON ({exc})") from exc
-        if not isinstance(overrides, dict):
-            raise NpaValidationError(f"connection {conn_id!r}: config_overrides must be a JSON object")
-        user = str(extra.get("user") or "airflow")
-        return cls(
-            endpoint=endpoint,
-            token=extra.get("token") or conn.password or None,
-            config_overrides=overrides,
-            dashboard_url_template=extra.get("dashboard_url_template") or None,
-            user=user,
-        )
 
 
 @dataclass(frozen=True)

@@ -153,11 +153,11 @@ def test_an_endpoint_without_a_scheme_is_https(host, schema, port, endpoint):
 
 
 def test_plain_http_off_this_machine_warns_once_per_process(caplog, monkeypatch):
-    from npa_airflow.burst import hook as hook_module
+    from npa_airflow.burst import connection
     from npa_airflow.burst.hook import SkyPilotConnectionConfig
 
-    monkeypatch.setattr(hook_module, "_warned_cleartext", set())
-    with caplog.at_level("WARNING", logger=hook_module.__name__):
+    monkeypatch.setattr(connection, "_warned_cleartext", set())
+    with caplog.at_level("WARNING", logger=connection.__name__):
         for host in ("http://sky.example.org:46580", "http://sky.example.org:46580", "http://127.0.0.1:46580",
                      "http://localhost:46580", "http://[::1]:46580", "https://sky.example.org"):  # fmt: skip
             SkyPilotConnectionConfig.from_connection(_sky_conn(host))
