@@ -1,25 +1,30 @@
-"""SkyPilot API server client over HTTP: ``protocol`` (pure builders and parsers), ``transport`` (the async
-client, the only code that moves bytes) and ``sync`` (its blocking face).
+"""SkyPilot API server client over HTTP: the pure protocol (``protocol``: versions, headers, names and states;
+``api_requests``: the requests; ``answers``: the answers read, and the errors; ``log_text``: log text cleaned),
+``transport`` (the async client, the only code that moves bytes) and ``sync`` (its blocking face).
 See ``protocol`` for what the API server is asked and how it answers.
 """
 
-from npa_airflow.burst.client.protocol import (
-    API_VERSION_HEADER,
-    CLIENT_API_VERSION,
-    CLIENT_VERSION,
-    JOB_STATES,
-    LAUNCH_REQUEST_NAME,
-    MIN_SERVER_API_VERSION,
-    REQUEST_ACTIVE,
-    REQUEST_FINISHED,
-    REQUEST_ID_HEADER,
-    VERSION_HEADER,
-    ApiRequest,
-    Identity,
+from npa_airflow.burst.client.answers import (
     RequestResult,
     ServerInfo,
     SkyPilotApiError,
     SkyPilotRequestCancelled,
+    check_compatible,
+    error_from_response,
+    launch_dag_name,
+    parse_clusters,
+    parse_get,
+    parse_health,
+    parse_job_status,
+    parse_launch_result,
+    parse_queue,
+    parse_request_id,
+    parse_request_payload,
+    parse_request_statuses,
+)
+from npa_airflow.burst.client.api_requests import (
+    ApiRequest,
+    Identity,
     build_api_cancel,
     build_cancel_job,
     build_cluster_requests,
@@ -33,24 +38,26 @@ from npa_airflow.burst.client.protocol import (
     build_request_log,
     build_request_status,
     build_status,
-    check_compatible,
-    clean_log_line,
-    error_from_response,
     headers,
-    interpret_job_state,
-    launch_dag_name,
-    parse_clusters,
-    parse_get,
-    parse_health,
-    parse_job_status,
-    parse_launch_result,
-    parse_queue,
-    parse_request_id,
-    parse_request_payload,
-    parse_request_statuses,
+    user_hash,
+)
+from npa_airflow.burst.client.log_text import (
+    clean_log_line,
     strip_ansi,
     strip_control,
-    user_hash,
+)
+from npa_airflow.burst.client.protocol import (
+    API_VERSION_HEADER,
+    CLIENT_API_VERSION,
+    CLIENT_VERSION,
+    JOB_STATES,
+    LAUNCH_REQUEST_NAME,
+    MIN_SERVER_API_VERSION,
+    REQUEST_ACTIVE,
+    REQUEST_FINISHED,
+    REQUEST_ID_HEADER,
+    VERSION_HEADER,
+    interpret_job_state,
 )
 from npa_airflow.burst.client.sync import SkyPilotClient
 from npa_airflow.burst.client.transport import AsyncSkyPilotClient

@@ -20,7 +20,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from npa_airflow.burst.client.protocol import strip_ansi, strip_control
+from npa_airflow.burst.client.log_text import strip_ansi, strip_control
 from npa_airflow.common.log_lines import LineSplitter
 
 # A line ends at \n, \r\n or a lone \r, as the server's reader splits the log; a \r at the end of a chunk waits

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from npa_airflow.burst.client.protocol import ApiRequest, Identity, RequestResult, ServerInfo
+from npa_airflow.burst.client.answers import RequestResult, ServerInfo
+from npa_airflow.burst.client.api_requests import ApiRequest, Identity
 from npa_airflow.burst.client.transport import AsyncSkyPilotClient
 from npa_airflow.common.background_loop import run_sync
 

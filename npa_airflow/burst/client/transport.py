@@ -12,24 +12,26 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from npa_airflow.burst.client.protocol import (
-    ApiRequest,
-    Identity,
+from npa_airflow.burst.client.answers import (
     RequestResult,
     ServerInfo,
     SkyPilotApiError,
+    check_compatible,
+    error_from_response,
+    parse_get,
+    parse_health,
+    parse_request_id,
+    parse_request_statuses,
+)
+from npa_airflow.burst.client.api_requests import (
+    ApiRequest,
+    Identity,
     build_api_cancel,
     build_cluster_requests,
     build_get,
     build_health,
     build_request_status,
-    check_compatible,
-    error_from_response,
     headers,
-    parse_get,
-    parse_health,
-    parse_request_id,
-    parse_request_statuses,
 )
 from npa_airflow.common.remote_errors import http_status_transient
 from npa_airflow.common.retry import Backoff, Budget, aretry

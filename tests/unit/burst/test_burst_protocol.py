@@ -1,5 +1,5 @@
-"""The SkyPilot HTTP protocol (burst/client/protocol.py): request building, and parsing of answers recorded
-from a real 0.14.1 server.
+"""The SkyPilot HTTP protocol (burst/client/: protocol.py, api_requests.py, answers.py, log_text.py): request
+building, and parsing of answers recorded from a real 0.14.1 server.
 
 The samples under samples/ were recorded by tests/skypilot/record_samples.py against `dev/skypilot up`.
 """
