@@ -1,6 +1,7 @@
 """Commands for sbatch, sacct, squeue, scancel, scontrol and log tails: builders, parsers and their records.
 
-No I/O here: the hook runs what :mod:`.builders` builds and reads the output with :mod:`.parsers`.
+No I/O here: the hook runs what :mod:`.builders` builds and reads the output with the parsers: :mod:`.parsers`
+(jobs), :mod:`.cluster_parsers` (nodes, partitions) and :mod:`.frame_parsers` (log tails, batched commands).
 This package re-exports all of them, so callers write ``commands.build_sacct_states`` and ``commands.parse_sacct``.
 """
 
@@ -29,23 +30,24 @@ from npa_airflow.slurm.commands.builders import (
     build_tail_logs,
     cancel_marker_for,
 )
+from npa_airflow.slurm.commands.cluster_parsers import (
+    parse_gres_gpus,
+    parse_partitions,
+    parse_scontrol_nodes,
+    parse_slurm_minutes,
+)
+from npa_airflow.slurm.commands.frame_parsers import parse_batch, parse_tail_logs
 from npa_airflow.slurm.commands.parsers import (
     may_run_again,
     merge_live_states,
     merge_pending_states,
-    parse_batch,
     parse_cancel_origin,
     parse_exit_code,
-    parse_gres_gpus,
-    parse_partitions,
     parse_sacct,
     parse_sbatch_submit,
     parse_scontrol_job,
-    parse_scontrol_nodes,
-    parse_slurm_minutes,
     parse_squeue,
     parse_submit_time,
-    parse_tail_logs,
     split_squeue_form,
 )
 from npa_airflow.slurm.commands.records import (

@@ -1,31 +1,22 @@
-"""Parsers of recorded sbatch, sacct, squeue, scontrol, and log tail output.
+"""Parsers of what Slurm says about jobs: sbatch's job id, sacct, squeue and ``scontrol show job`` records (merged
+into one answer per job), submit times and who cancelled a job.
 
-Each raises NpaParseError quoting the input it could not read.
+Each raises NpaParseError quoting the input it could not read. The cluster's nodes and partitions are read in
+:mod:`.cluster_parsers`, the framed outputs (log tails, batched commands) in :mod:`.frame_parsers`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaParseError
 from npa_airflow.slurm.commands import records
+from npa_airflow.slurm.commands.output_text import data_lines, key_value, none_if, quote_output
 from npa_airflow.slurm.commands.validation import CLUSTER_RE
 from npa_airflow.slurm.handle import JOB_ID_RE
 from npa_airflow.slurm.states import REQUEUE_CANDIDATE_STATES, interpret_native_state, normalize_native_state
-
-_OUTPUT_QUOTE_MAX = 400
-
-
-def _quote_output(text: str | bytes) -> str:
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    if len(text) > _OUTPUT_QUOTE_MAX:
-        text = text[:_OUTPUT_QUOTE_MAX] + f"... ({len(text)} characters)"
-    return repr(text)
 
 
 def parse_sbatch_submit(stdout: str) -> records.SubmitResult:
@@ -36,21 +27,16 @@ def parse_sbatch_submit(stdout: str) -> records.SubmitResult:
     lines = [line.strip() for line in stdout.splitlines() if line.strip()]
     if not lines:
         raise NpaParseError(
-            f"sbatch --parsable printed no job id (output {_quote_output(stdout)}); the job may or may not "
+            f"sbatch --parsable printed no job id (output {quote_output(stdout)}); the job may or may not "
             "exist: reconcile by job name before submitting again"
         )
     job_id, sep, cluster = lines[-1].partition(";")
     if not JOB_ID_RE.fullmatch(job_id) or (sep and not CLUSTER_RE.fullmatch(cluster)):
         raise NpaParseError(
-            f"cannot read a job id from sbatch --parsable output {_quote_output(stdout)}: expected a last "
+            f"cannot read a job id from sbatch --parsable output {quote_output(stdout)}: expected a last "
             "line like '123' or '123;cluster'"
         )
     return records.SubmitResult(job_id=job_id, cluster=cluster if sep else None)
-
-
-def _none_if(value: str, *empty: str) -> str | None:
-    value = value.strip()
-    return None if not value or value in empty else value
 
 
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
@@ -59,11 +45,6 @@ def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     if not m:
         return None, None
     return int(m.group(1)), int(m.group(2))
-
-
-def _is_cluster_banner(line: str) -> bool:
-    # With -M, squeue (and some sacct builds) print "CLUSTER: name" before the rows.
-    return line.startswith("CLUSTER: ")
 
 
 def _aggregate(base: str, members: list[records.SlurmJobInfo]) -> records.SlurmJobInfo:
@@ -118,11 +99,6 @@ def _index(rows: list[tuple[str, records.SlurmJobInfo]]) -> dict[str, records.Sl
     return by_id
 
 
-def _data_lines(stdout: str) -> Iterator[str]:
-    """The lines of a Slurm tool's output that hold records (no blanks, no multi-cluster banners)."""
-    return (line for line in stdout.splitlines() if line.strip() and not _is_cluster_banner(line))
-
-
 def parse_sacct(stdout: str, fields: Sequence[str] = records.SACCT_FIELDS) -> dict[str, records.SlurmJobInfo]:
     """Rows of ``sacct -X --parsable2 --noheader -o <fields>`` keyed by JobID.
 
@@ -133,18 +109,18 @@ def parse_sacct(stdout: str, fields: Sequence[str] = records.SACCT_FIELDS) -> di
     See :func:`_index` for the raw-id and base-id lookups of array and het jobs.
     """
     rows: list[tuple[str, records.SlurmJobInfo]] = []
-    for line in _data_lines(stdout):
+    for line in data_lines(stdout):
         parts = _fields_of(line, len(fields))
         if parts is None:
             raise NpaParseError(
-                f"sacct line {_quote_output(line)} does not have the {len(fields)} fields {','.join(fields)}; "
-                f"whole output {_quote_output(stdout)}"
+                f"sacct line {quote_output(line)} does not have the {len(fields)} fields {','.join(fields)}; "
+                f"whole output {quote_output(stdout)}"
             )
         raw_id, job_id, state_text, exit_text, nodes, reason, name, *owner = parts
         if "." in job_id:
             continue
         if not re.match(r"[0-9]+", job_id):
-            raise NpaParseError(f"sacct line {_quote_output(line)} has no job id; output {_quote_output(stdout)}")
+            raise NpaParseError(f"sacct line {quote_output(line)} has no job id; output {quote_output(stdout)}")
         native = normalize_native_state(state_text)
         state = interpret_native_state(native)
         exit_code, signal = parse_exit_code(exit_text) if state.is_terminal else (None, None)
@@ -154,9 +130,9 @@ def parse_sacct(stdout: str, fields: Sequence[str] = records.SACCT_FIELDS) -> di
             state=state,
             exit_code=exit_code,
             signal=signal,
-            job_name=_none_if(name),
-            node_list=_none_if(nodes, "None assigned", "(null)"),
-            reason=_none_if(reason, "None"),
+            job_name=none_if(name),
+            node_list=none_if(nodes, "None assigned", "(null)"),
+            reason=none_if(reason, "None"),
             source="sacct",
             **_owner_fields(owner),
         )
@@ -168,11 +144,11 @@ def parse_squeue(stdout: str, fields: Sequence[str] = records.SQUEUE_FIELDS) -> 
     """Rows of ``squeue -h -o <fields joined by |>`` keyed by the displayed id (see :func:`_index`); ``fields`` as
     in :func:`parse_sacct` (:data:`records.SQUEUE_FIELDS` or :data:`records.FIND_SQUEUE_FIELDS`)."""
     rows: list[tuple[str, records.SlurmJobInfo]] = []
-    for line in _data_lines(stdout):
+    for line in data_lines(stdout):
         parts = _fields_of(line, len(fields))
         if parts is None or not re.match(r"[0-9]+", parts[0]):
             raise NpaParseError(
-                f"squeue line {_quote_output(line)} is not '{'|'.join(fields)}'; whole output {_quote_output(stdout)}"
+                f"squeue line {quote_output(line)} is not '{'|'.join(fields)}'; whole output {quote_output(stdout)}"
             )
         job_id, raw_id, state_text, reason, nodes, name, *owner = parts
         native = normalize_native_state(state_text)
@@ -182,9 +158,9 @@ def parse_squeue(stdout: str, fields: Sequence[str] = records.SQUEUE_FIELDS) -> 
             state=interpret_native_state(native),
             exit_code=None,
             signal=None,
-            job_name=_none_if(name, "(null)"),  # "(null)": --only-job-state has no names
-            node_list=_none_if(nodes, "(null)"),
-            reason=_none_if(reason, "None"),
+            job_name=none_if(name, "(null)"),  # "(null)": --only-job-state has no names
+            node_list=none_if(nodes, "(null)"),
+            reason=none_if(reason, "None"),
             source="squeue",
             **_owner_fields(owner),
         )
@@ -232,7 +208,7 @@ def _owner_fields(owner: Sequence[str]) -> dict[str, object]:
     submitted, comment = owner
     return {
         "submitted_at": float(submitted) if re.fullmatch(r"[0-9]{1,12}", submitted) else None,
-        "comment": _none_if(comment, "(null)"),
+        "comment": none_if(comment, "(null)"),
     }
 
 
@@ -289,93 +265,17 @@ def parse_cancel_origin(stdout: str, *, accounting: bool = True) -> records.Canc
     return records.CancelOrigin(by_airflow=by_airflow, state=state, uid=uid, user=user, sacct_error=error or None)
 
 
-def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[records.LogChunk]:
-    """Decode the frames printed by :func:`build_tail_logs`, one records.LogChunk per request, in order."""
-    lines = stdout.split(b"\n")
-    try:
-        start = next(i for i, line in enumerate(lines) if line.startswith(records.TAIL_MARK.encode() + b" "))
-    except StopIteration:
-        raise NpaParseError(f"log tail output has no frames: {_quote_output(stdout)}") from None
-    chunks: list[records.LogChunk] = []
-    pos = start
-    for index, (path, offset) in enumerate(requests):
-        if pos + 1 >= len(lines):
-            raise NpaParseError(
-                f"log tail output ended after {index} of {len(requests)} files (connection cut?): "
-                f"{_quote_output(stdout)}"
-            )
-        header = lines[pos].decode("ascii", "replace").split()
-        if len(header) != 3 or header[0] != records.TAIL_MARK or header[1] != str(index):
-            raise NpaParseError(f"bad log tail frame header {_quote_output(lines[pos])} for file #{index}")
-        try:
-            size = int(header[2])
-            data = base64.b64decode(lines[pos + 1], validate=True)
-        except (ValueError, binascii.Error) as exc:
-            raise NpaParseError(f"bad log tail frame for {path!r}: {_quote_output(lines[pos + 1])}") from exc
-        chunks.append(records.LogChunk(path=path, data=data, offset=offset + len(data), size=size))
-        pos += 2
-    if pos >= len(lines) or lines[pos].strip() != records.TAIL_END.encode():
-        raise NpaParseError(f"log tail output is missing its end marker: {_quote_output(stdout)}")
-    return chunks
-
-
-def parse_batch(stdout: bytes, count: int) -> list[tuple[int, bytes, bytes]]:
-    """(exit status, stdout, stderr) of each of the ``count`` commands of :func:`builders.build_batch`."""
-    lines = stdout.split(b"\n")
-    mark = records.BATCH_MARK.encode() + b" "
-    try:
-        pos = next(i for i, line in enumerate(lines) if line.startswith(mark))
-    except StopIteration:
-        raise NpaParseError(f"batched command output has no frames: {_quote_output(stdout)}") from None
-    results: list[tuple[int, bytes, bytes]] = []
-    for index in range(count):
-        header = lines[pos].decode("ascii", "replace").split() if pos < len(lines) else []
-        if len(header) != 3 or header[0] != records.BATCH_MARK or header[1] != str(index) or pos + 2 >= len(lines):
-            raise NpaParseError(
-                f"batched command output ended or broke at command #{index} of {count}: {_quote_output(stdout)}"
-            )
-        try:
-            results.append(
-                (
-                    int(header[2]),
-                    base64.b64decode(lines[pos + 1], validate=True),
-                    base64.b64decode(lines[pos + 2], validate=True),
-                )
-            )
-        except (ValueError, binascii.Error) as exc:
-            raise NpaParseError(f"bad frame for batched command #{index}: {_quote_output(lines[pos])}") from exc
-        pos += 3
-    if pos >= len(lines) or lines[pos].strip() != records.BATCH_END.encode():
-        raise NpaParseError(f"batched command output is missing its end marker: {_quote_output(stdout)}")
-    return results
-
-
-def _field(line: str, key: str) -> str | None:
-    m = re.search(rf"(?:^|\s){key}=(\S*)", line)
-    return m.group(1) if m else None
-
-
-def _scontrol_records(stdout: str, name_key: str, value_key: str, what: str) -> Iterator[tuple[str, str, str]]:
-    """(line, name, value) of each ``scontrol show -o`` record, which must carry both keys."""
-    for line in _data_lines(stdout):
-        name = _field(line, name_key)
-        value = _field(line, value_key)
-        if not name or value is None:
-            raise NpaParseError(f"scontrol {what} line without {name_key}/{value_key}: {_quote_output(line)}")
-        yield line, name, value
-
-
 def parse_scontrol_job(stdout: str) -> records.SlurmJobInfo | None:
     """``scontrol --oneliner show job`` of one job (its first record); None when it printed none."""
-    line = next(_data_lines(stdout), None)
+    line = next(data_lines(stdout), None)
     if line is None:
         return None
-    job_id, state_text = _field(line, "JobId"), _field(line, "JobState")
+    job_id, state_text = key_value(line, "JobId"), key_value(line, "JobState")
     if not job_id or not re.fullmatch(r"[0-9]+", job_id) or state_text is None:
-        raise NpaParseError(f"scontrol job line without JobId/JobState: {_quote_output(line)}")
+        raise NpaParseError(f"scontrol job line without JobId/JobState: {quote_output(line)}")
     native = normalize_native_state(state_text)
     state = interpret_native_state(native)
-    exit_code, signal = parse_exit_code(_field(line, "ExitCode") or "") if state.is_terminal else (None, None)
+    exit_code, signal = parse_exit_code(key_value(line, "ExitCode") or "") if state.is_terminal else (None, None)
     name = re.search(r"(?:^|\s)JobName=(.*?)(?=\s+[A-Za-z/:]+=|$)", line)
     return records.SlurmJobInfo(
         job_id=job_id,
@@ -383,84 +283,8 @@ def parse_scontrol_job(stdout: str) -> records.SlurmJobInfo | None:
         state=state,
         exit_code=exit_code,
         signal=signal,
-        job_name=_none_if(name.group(1)) if name else None,
-        node_list=_none_if(_field(line, "NodeList") or "", "(null)"),
-        reason=_none_if(_field(line, "Reason") or "", "None"),
+        job_name=none_if(name.group(1)) if name else None,
+        node_list=none_if(key_value(line, "NodeList") or "", "(null)"),
+        reason=none_if(key_value(line, "Reason") or "", "None"),
         source="scontrol",
     )
-
-
-def parse_scontrol_nodes(stdout: str) -> dict[str, records.NodeInfo]:
-    nodes: dict[str, records.NodeInfo] = {}
-    for line, name, state in _scontrol_records(stdout, "NodeName", "State", "node"):
-        parts = _field(line, "Partitions")
-        # Reason may contain spaces ("test [root@2026-01-01T00:00:00]"); it runs to the next Key= field.
-        m = re.search(r"(?:^|\s)Reason=(.*?)(?=\s+[A-Za-z]+=|$)", line)
-        nodes[name] = records.NodeInfo(
-            name=name,
-            state=state,
-            partitions=tuple(p for p in (parts or "").split(",") if p and p != "(null)"),
-            reason=_none_if(m.group(1)) if m else None,
-            gpus=parse_gres_gpus(_field(line, "Gres") or ""),
-            real_memory_mb=_count(_field(line, "RealMemory")),
-        )
-    return nodes
-
-
-def _count(value: str | None) -> int | None:
-    """A scontrol count: digits -> int; UNLIMITED, N/A, absent -> None."""
-    return int(value) if value and value.isdigit() else None
-
-
-def parse_gres_gpus(gres: str) -> int:
-    """GPUs in a node's Gres: ``gpu:8``, ``gpu:a100:4(S:0-1)``, ``gpu:a100:2,gpu:v100:2``, ``gpu`` (1); else 0."""
-    total = 0
-    for item in re.sub(r"\([^)]*\)", "", gres).split(","):
-        parts = item.strip().split(":")
-        if parts[0] != "gpu":
-            continue
-        if len(parts) == 1:
-            total += 1
-        elif parts[-1].isdigit():
-            total += int(parts[-1])
-        else:
-            raise NpaParseError(f"cannot read the GPU count of Gres {_quote_output(gres)}")
-    return total
-
-
-def parse_slurm_minutes(text: str) -> int | None:
-    """Slurm time limit -> whole minutes (seconds round up); UNLIMITED/INFINITE -> None.
-
-    Formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
-    """
-    value = text.strip()
-    if value.upper() in {"UNLIMITED", "INFINITE", "NONE"}:
-        return None
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value)
-    if not m:
-        raise NpaParseError(f"cannot read Slurm time limit {_quote_output(text)}")
-    days, a, b, c = m.groups()
-    if days is not None:  # D-H[:M[:S]]
-        seconds = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
-    elif c is not None:  # H:M:S
-        seconds = int(a) * 3600 + int(b) * 60 + int(c)
-    elif b is not None:  # M:S
-        seconds = int(a) * 60 + int(b)
-    else:  # M
-        seconds = int(a) * 60
-    return -(-seconds // 60)
-
-
-def parse_partitions(stdout: str) -> dict[str, records.PartitionInfo]:
-    partitions: dict[str, records.PartitionInfo] = {}
-    for line, name, max_time in _scontrol_records(stdout, "PartitionName", "MaxTime", "partition"):
-        partitions[name] = records.PartitionInfo(
-            name=name,
-            max_time_minutes=parse_slurm_minutes(max_time),
-            default=(_field(line, "Default") or "").upper() == "YES",
-            state=_field(line, "State") or "",
-            nodes=_none_if(_field(line, "Nodes") or "", "(null)"),
-            total_nodes=_count(_field(line, "TotalNodes")),
-            max_nodes=_count(_field(line, "MaxNodes")),
-        )
-    return partitions
