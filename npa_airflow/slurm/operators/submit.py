@@ -101,31 +101,21 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         **kwargs: Any,
     ) -> None:
         super().__init__(success_marker=success_marker, **kwargs)
-        self.command = command
-        self.nodes = nodes
-        self.gpus_per_node = gpus_per_node
-        self.cpus_per_task = cpus_per_task
-        self.time_hours = time_hours
-        self.timeout_hours = timeout_hours
-        self.max_gpus_per_node = max_gpus_per_node
-        self.partition = partition
-        self.account = account
-        self.image = image
+        # Not templated: the resources (checked below, at DAG parse time), the excluded nodes, the secrets' references.
+        self.nodes, self.gpus_per_node, self.max_gpus_per_node = nodes, gpus_per_node, max_gpus_per_node
+        self.cpus_per_task, self.time_hours, self.timeout_hours = cpus_per_task, time_hours, timeout_hours
+        self.requeue, self.exclude_nodes = requeue, list(exclude_nodes)
+        self.secret_env = validate_secret_env(secret_env)
+        # Template fields: where and what the job runs, the paths it reads and writes.
+        self.partition, self.account, self.extra_sbatch = partition, account, list(extra_sbatch)
+        self.command, self.image, self.container_workdir = command, image, container_workdir
         self.container_mounts = list(container_mounts)
-        self.container_workdir = container_workdir
         # May be an XComArg (e.g. the NCCL probe's output): resolved when the template fields render.
         self.environment = environment if environment is not None else {}
-        self.extra_sbatch = list(extra_sbatch)
-        self.requeue = requeue
-        self.pre_commands = list(pre_commands)
-        self.post_commands = list(post_commands)
+        self.pre_commands, self.post_commands = list(pre_commands), list(post_commands)
         self.leader_post_commands = list(leader_post_commands)
         self.inputs = list(inputs) if not isinstance(inputs, str) else [inputs]
-        self.results_root = results_root
-        self.log_dir = log_dir
-        self.config_path = config_path
-        self.secret_env = validate_secret_env(secret_env)
-        self.exclude_nodes = list(exclude_nodes)
+        self.results_root, self.log_dir, self.config_path = results_root, log_dir, config_path
         self.sbatch_script = ""  # filled by render_template_fields: exactly what is submitted
         self._check_resources()
 
