@@ -12,11 +12,14 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common import xcom_keys
 from npa_airflow.compute import rows as r
 from npa_airflow.compute.cache import SharedCache
+
+if TYPE_CHECKING:
+    from npa_airflow.trusted_jobs import TaskInstanceRef
 
 log = logging.getLogger(__name__)
 
@@ -157,50 +160,25 @@ def snapshot(cache: SharedCache | None = None, now: float | None = None) -> Snap
     return Snapshot(r.sort_rows(built), errors, fetched)
 
 
+_KINDS = {xcom_keys.SLURM_JOB: (r.SLURM, "slurm_conn_id"), xcom_keys.BURST_JOB: (r.BURST, "skypilot_conn_id")}
+
+
 def _checked(tasks: list[r.LiveTask]) -> tuple[list[r.LiveTask], list[r.ComputeRow], dict[str, Any]]:
     """The tasks with only their own jobs' handles (as the API server derives them), a row for each handle that is
     not (it is shown as such and asked about nowhere), and the Slurm connections' configs."""
     from dataclasses import replace
 
-    from npa_airflow.common.deployment import current_deployment
-    from npa_airflow.trusted_jobs import (
-        Distrust,
-        TaskInstanceRef,
-        task_settings,
-        trusted_burst_try,
-        trusted_slurm_handle,
-    )
+    from npa_airflow.trusted_jobs import Distrust, TaskInstanceRef
 
-    kinds = {xcom_keys.SLURM_JOB: (r.SLURM, "slurm_conn_id"), xcom_keys.BURST_JOB: (r.BURST, "skypilot_conn_id")}
-    settings_of: dict[tuple[Any, str, str], Any] = {}  # read once per snapshot
-    config_of: dict[str, Any] = {}
+    verdicts = _Verdicts()
     live, untrusted = [], []
     now = time.time()
     for task in tasks:
         ti = TaskInstanceRef(task.dag_id, task.task_id, task.run_id, task.map_index, task.try_number)
         own: dict[str, Any] = {}
         for key, raw in task.handles.items():
-            kind, conn_attr = kinds[key]
-            try:
-                where = (task.dag_version_id, task.task_id, conn_attr)
-                if where not in settings_of:
-                    settings_of[where] = task_settings(*where)
-                settings = settings_of[where]
-                if settings is None:
-                    verdict: Any = Distrust("the task's serialized DAG cannot be read")
-                elif key == xcom_keys.SLURM_JOB:
-                    if settings.conn_id and settings.conn_id not in config_of:
-                        config_of.update(_slurm_configs({settings.conn_id}))
-                    config = config_of.get(settings.conn_id) if settings.conn_id else None
-                    verdict = (
-                        Distrust(f"connection {settings.conn_id!r} cannot be read")
-                        if config is None
-                        else trusted_slurm_handle(raw, ti, settings, current_deployment(), config)
-                    )
-                else:
-                    verdict = trusted_burst_try(raw, ti, settings, current_deployment())
-            except Exception as exc:
-                verdict = Distrust(f"{type(exc).__name__}: {exc}")
+            kind, conn_attr = _KINDS[key]
+            verdict = verdicts.of(task, ti, key, raw, conn_attr)
             if isinstance(verdict, Distrust):
                 log.warning("Compute view: %s.%s %s: %s", task.dag_id, task.task_id, task.run_id, verdict.reason)
                 untrusted.append(r.untrusted_row(task, kind, verdict.reason, now))
@@ -210,7 +188,39 @@ def _checked(tasks: list[r.LiveTask]) -> tuple[list[r.LiveTask], list[r.ComputeR
                 own[key] = {**raw, "cluster": verdict.cluster}
         if own:
             live.append(replace(task, handles=own))
-    return live, untrusted, config_of
+    return live, untrusted, verdicts.configs
+
+
+class _Verdicts:
+    """Whether a handle is its task instance's own job (npa_airflow.trusted_jobs), reading each serialized task's
+    settings and each Slurm connection's config once per snapshot."""
+
+    def __init__(self) -> None:
+        self.settings_of: dict[tuple[Any, str, str], Any] = {}
+        self.configs: dict[str, Any] = {}  # Slurm connection id -> its config (None: it cannot be read)
+
+    def of(self, task: r.LiveTask, ti: TaskInstanceRef, key: str, raw: Any, conn_attr: str) -> Any:
+        """The trusted handle (Slurm) or try (Burst), or a ``Distrust`` saying why not; never raises."""
+        from npa_airflow.common.deployment import current_deployment
+        from npa_airflow.trusted_jobs import Distrust, task_settings, trusted_burst_try, trusted_slurm_handle
+
+        try:
+            where = (task.dag_version_id, task.task_id, conn_attr)
+            if where not in self.settings_of:
+                self.settings_of[where] = task_settings(*where)
+            settings = self.settings_of[where]
+            if settings is None:
+                return Distrust("the task's serialized DAG cannot be read")
+            if key != xcom_keys.SLURM_JOB:
+                return trusted_burst_try(raw, ti, settings, current_deployment())
+            if settings.conn_id and settings.conn_id not in self.configs:
+                self.configs.update(_slurm_configs({settings.conn_id}))
+            config = self.configs.get(settings.conn_id) if settings.conn_id else None
+            if config is None:
+                return Distrust(f"connection {settings.conn_id!r} cannot be read")
+            return trusted_slurm_handle(raw, ti, settings, current_deployment(), config)
+        except Exception as exc:
+            return Distrust(f"{type(exc).__name__}: {exc}")
 
 
 def _rows_of(task, slurm_states, burst_states, configs, now) -> list[r.ComputeRow]:
