@@ -23,8 +23,8 @@ BURST = "burst"
 
 
 @dataclass(frozen=True)
-class LiveTask:
-    """A live task instance of this provider and the job handles its XCom holds (by XCom key)."""
+class TaskTry:
+    """A task instance's try, as the page names it."""
 
     dag_id: str
     run_id: str
@@ -32,6 +32,12 @@ class LiveTask:
     map_index: int
     try_number: int
     ti_state: str
+
+
+@dataclass(frozen=True)
+class LiveTask(TaskTry):
+    """A live task instance of this provider and the job handles its XCom holds (by XCom key)."""
+
     handles: Mapping[str, Mapping[str, Any]]
     rendered: Mapping[str, Any] = field(default_factory=dict)  # the try's rendered template fields
     dag_version_id: Any = None  # the serialized DAG that ran the try (what its handles are checked against)
@@ -55,7 +61,9 @@ class JobStatus:
 
 
 @dataclass(frozen=True)
-class ComputeRow:
+class ComputeRow(TaskTry):
+    """One job of the page: its try (the fields of ``TaskTry`` come first), then the job."""
+
     kind: str  # "slurm" | "burst"
     cluster: str
     job: str  # Slurm job id, or "<skypilot cluster>/<job id>"
@@ -67,12 +75,6 @@ class ComputeRow:
     partition: str | None
     submitted_at: float | None
     elapsed_s: int | None
-    dag_id: str
-    run_id: str
-    task_id: str
-    map_index: int
-    try_number: int
-    ti_state: str
     task_url: str
     log_url: str
     job_url: str | None
