@@ -12,13 +12,12 @@ jobs' handles record, the API server's background loop one per cluster it cancel
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from npa_airflow.common.coalesce import Coalescer
+from npa_airflow.common.per_loop import PerLoop
 from npa_airflow.slurm.kill_batch import KillBatch
 
 __all__ = ["ClusterChannel", "get_channel", "reset_channels"]
@@ -55,21 +54,14 @@ def _default_hook_factory(conn_id: str, cluster: str | None = None) -> Any:
     return SlurmHook(slurm_conn_id=conn_id, cluster=cluster)
 
 
-_ChannelKey = tuple[str, "str | None"]  # (connection id, cluster)
-_CHANNELS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_ChannelKey, ClusterChannel]] = (
-    weakref.WeakKeyDictionary()
-)
+_CHANNELS: PerLoop[tuple[str, str | None], ClusterChannel] = PerLoop()  # (connection id, cluster)
 
 
 def get_channel(
     conn_id: str, hook_factory: Callable[[str], Any] | None = None, *, cluster: str | None = None
 ) -> ClusterChannel:
     """The channel of `conn_id` and `cluster` (a handle's) on the running event loop (created on first use)."""
-    per_loop = _CHANNELS.setdefault(asyncio.get_running_loop(), {})
-    channel = per_loop.get((conn_id, cluster))
-    if channel is None:
-        channel = per_loop[conn_id, cluster] = ClusterChannel(conn_id, hook_factory, cluster=cluster)
-    return channel
+    return _CHANNELS.get((conn_id, cluster), lambda: ClusterChannel(conn_id, hook_factory, cluster=cluster))
 
 
 def reset_channels() -> None:

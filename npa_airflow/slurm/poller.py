@@ -25,10 +25,10 @@ import asyncio
 import contextvars
 import logging
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from npa_airflow.common.per_loop import PerLoop
 from npa_airflow.common.retry import Backoff, apause
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.channel import ClusterChannel, get_channel, reset_channels
@@ -371,10 +371,7 @@ class SlurmPoller(LogTailing, OffsetBookkeeping):
         reg.queue.put_nowait(update)
 
 
-_PollerKey = tuple[str, "str | None"]  # (connection id, cluster)
-_POLLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_PollerKey, SlurmPoller]] = (
-    weakref.WeakKeyDictionary()
-)
+_POLLERS: PerLoop[tuple[str, str | None], SlurmPoller] = PerLoop()  # (connection id, cluster)
 
 
 def get_poller(
@@ -382,13 +379,12 @@ def get_poller(
 ) -> SlurmPoller:
     """The poller of `conn_id` and `cluster` (a handle's) on the running event loop (created on first use), on
     the channel of that cluster (`get_channel`: `hook_factory` makes its hook when the channel is new)."""
-    loop = asyncio.get_running_loop()
-    per_loop = _POLLERS.setdefault(loop, {})
-    poller = per_loop.get((conn_id, cluster))
-    if poller is None:
+
+    def make() -> SlurmPoller:
         channel = get_channel(conn_id, hook_factory, cluster=cluster)
-        poller = per_loop[conn_id, cluster] = SlurmPoller(conn_id, cluster=cluster, channel=channel)
-    return poller
+        return SlurmPoller(conn_id, cluster=cluster, channel=channel)
+
+    return _POLLERS.get((conn_id, cluster), make)
 
 
 def reset_pollers() -> None:

@@ -24,7 +24,7 @@ async def fast_poller(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
     reset_pollers()
     yield
     monkeypatch.setattr(poller_mod, "IDLE_STOP_SECONDS", 0.0)
-    for poller in list(poller_mod._POLLERS.get(asyncio.get_running_loop(), {}).values()):
+    for poller in poller_mod._POLLERS.on_running_loop():
         poller._registrations.clear()  # the loop ends by itself once idle, between two commands
         poller._wake.set()
         if poller._task is not None:
