@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ def teardown_policy(teardown: str | None, created: bool) -> str:
     return teardown
 
 
+@dataclass(eq=False, repr=False)
 class LaunchOrAdopt:
     """The launch one try waits for, adopted or new (`run`).
 
@@ -52,30 +54,20 @@ class LaunchOrAdopt:
     :param teardown: the operator's teardown policy (None: by whether the cluster was created).
     """
 
-    def __init__(
-        self,
-        hook: SkyPilotHook,
-        refs: Sequence[TryRef],
-        legacy: Sequence[TryRef],
-        task: dict[str, Any],
-        log: logging.Logger,
-        *,
-        conn_id: str,
-        deployment: Deployment,
-        on_previous_try: str,
-        retry_until_up: bool,
-        teardown: str | None,
-    ) -> None:
-        self.hook = hook
-        self.refs = list(refs)
-        self.legacy = list(legacy)
-        self.task = task
-        self.log = log
-        self.conn_id = conn_id
-        self.deployment = deployment
-        self.on_previous_try = on_previous_try
-        self.retry_until_up = retry_until_up
-        self.teardown = teardown
+    hook: SkyPilotHook
+    refs: Sequence[TryRef]
+    legacy: Sequence[TryRef]
+    task: dict[str, Any]
+    log: logging.Logger
+    _: KW_ONLY
+    conn_id: str
+    deployment: Deployment
+    on_previous_try: str
+    retry_until_up: bool
+    teardown: str | None
+
+    def __post_init__(self) -> None:
+        self.refs, self.legacy = list(self.refs), list(self.legacy)
 
     def run(self, nodes: int) -> BurstJobHandle:
         """Cancel or take down what earlier tries left, as `plan` says; then adopt, or launch on `nodes` nodes."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from npa_airflow.slurm.operators.job import ThisTry
 
 
+@dataclass(eq=False, repr=False)
 class Completion:
     """The outcome of one step's event (`outcome`).
 
@@ -34,24 +36,14 @@ class Completion:
     :param restart: runs the try from its first step again (an adopted job that a clear cancelled).
     """
 
-    def __init__(
-        self,
-        context: Context,
-        this_try: ThisTry,
-        log: logging.Logger,
-        cancelling: Cancelling,
-        *,
-        own_job_name: str,
-        mask_secrets: Callable[[], bool],
-        restart: Callable[[], Any],
-    ) -> None:
-        self.context = context
-        self.this_try = this_try
-        self.log = log
-        self.cancelling = cancelling
-        self.own_job_name = own_job_name
-        self.mask_secrets = mask_secrets
-        self.restart = restart
+    context: Context
+    this_try: ThisTry
+    log: logging.Logger
+    cancelling: Cancelling
+    _: KW_ONLY
+    own_job_name: str
+    mask_secrets: Callable[[], bool]
+    restart: Callable[[], Any]
 
     def outcome(self, event: dict[str, Any] | None) -> Any:
         """Turn the wait's event into the task's outcome: the handle's dict, or an exception."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common.previous_try import on_previous_try
@@ -40,6 +41,7 @@ def try_names(identity: tuple[str, str, str, int | None, int], own: str, deploym
     return TryNames(own, tuple(earlier), tuple(legacy_earlier_try_names(*identity)))
 
 
+@dataclass(eq=False, repr=False)
 class Submission:
     """Adopt or submit the job of one step (`run`).
 
@@ -55,30 +57,17 @@ class Submission:
     :param prepare_named: the job of another name as this step prepares it (an earlier try's script and sidecar).
     """
 
-    def __init__(
-        self,
-        hook: SlurmHook,
-        names: TryNames,
-        job: PreparedJob,
-        log: logging.Logger,
-        cancelling: Cancelling,
-        *,
-        conn_id: str,
-        try_number: int,
-        deployment: Deployment,
-        on_previous_try: str,
-        prepare_named: Callable[[str], PreparedJob],
-    ) -> None:
-        self.hook = hook
-        self.names = names
-        self.job = job
-        self.log = log
-        self.cancelling = cancelling
-        self.conn_id = conn_id
-        self.try_number = try_number
-        self.deployment = deployment
-        self.on_previous_try = on_previous_try
-        self.prepare_named = prepare_named
+    hook: SlurmHook
+    names: TryNames
+    job: PreparedJob
+    log: logging.Logger
+    cancelling: Cancelling
+    _: KW_ONLY
+    conn_id: str
+    try_number: int
+    deployment: Deployment
+    on_previous_try: str
+    prepare_named: Callable[[str], PreparedJob]
 
     def run(self) -> SlurmJobHandle:
         """The handle of the job this step waits for: this try's own, an earlier try's, or a new one."""
