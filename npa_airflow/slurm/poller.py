@@ -63,10 +63,8 @@ from npa_airflow.slurm.poll_records import (
 )
 
 if TYPE_CHECKING:
-    from npa_airflow.common.coalesce import Coalescer
     from npa_airflow.common.ownership import Claim
     from npa_airflow.slurm.commands import JobQuery, LogChunk, SlurmJobInfo
-    from npa_airflow.slurm.kill_batch import KillBatch
 
 log = logging.getLogger(__name__)
 
@@ -131,15 +129,6 @@ class SlurmPoller(LogTailing, OffsetBookkeeping):
     def hook(self) -> Any:
         """The channel's hook: the cluster's one connection."""
         return self.channel.hook
-
-    # The channel's batches, for the triggers that still ask their poller for them (see ClusterChannel).
-    @property
-    def kills(self) -> KillBatch:
-        return self.channel.kills
-
-    @property
-    def path_checks(self) -> Coalescer[str, bool]:
-        return self.channel.path_checks
 
     # -- registration ------------------------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ class SlurmTriggerCancels(OwnedJobTrigger):
 
         Returns what happened ("cancelled" or "ended"); raises when it could not cancel. Callers bound the time.
         """
-        kills = self._poller().kills  # batched with the other triggers' cancels (a whole DAG run marked failed)
+        kills = self._poller().channel.kills  # batched with the other triggers' cancels (a whole DAG run marked failed)
         request = CancelRequest.for_handle(self.handle)
 
         def again(exc: BaseException, delay: float) -> None:
@@ -102,7 +102,7 @@ class SlurmTriggerCancels(OwnedJobTrigger):
         current = None
         if self._claim_file:
             try:
-                claim_read = self._poller().kills.read_claim(self._claim_file)
+                claim_read = self._poller().channel.kills.read_claim(self._claim_file)
                 current = await asyncio.wait_for(claim_read, CLAIM_READ_TIMEOUT)
             except Exception as exc:
                 module_log.warning("Could not read the claim on Slurm job %s (%s)", self.job_id, exc)
@@ -112,14 +112,14 @@ class SlurmTriggerCancels(OwnedJobTrigger):
         """A user ended the task: scancel the job unless it has ended (then only its secret files go)."""
         poller = self._poller()
         try:
-            info = await poller.kills.job_state(self.job_id)
+            info = await poller.channel.kills.job_state(self.job_id)
         except Exception as exc:  # cancel anyway: scancel of a job that already ended is harmless
             module_log.warning("Could not read Slurm job %s before cancelling (%s)", self.job_id, exc)
             info = None
         if info is not None and info.state.is_terminal:
             self.log.info("Slurm job %s already ended (%s): nothing to cancel", self.job_id, info.native_state)
             try:
-                await poller.kills.shred(self.handle.secret_files)
+                await poller.channel.kills.shred(self.handle.secret_files)
             except Exception as exc:  # best effort, like the cancel itself
                 module_log.warning("Could not remove the secret files of Slurm job %s (%s)", self.job_id, exc)
             return

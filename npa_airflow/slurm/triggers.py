@@ -354,7 +354,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
 
     async def _marker_exists(self, marker: str) -> bool | None:
         """True/False, or None when the deadline passed before the cluster could answer."""
-        checks = self._poller().path_checks  # one command for every job that ended in the same cycle
+        checks = self._poller().channel.path_checks  # one command for every job that ended in the same cycle
 
         def retry_before_deadline(exc: BaseException) -> bool:
             self.log.warning("Could not check success marker %s (%s); retrying", marker, exc)

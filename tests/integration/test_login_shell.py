@@ -84,7 +84,7 @@ def test_every_hook_command_works_when_the_login_shell_is_tcsh(slurm_cluster, cl
             await asyncio.sleep(1)
         assert done and data == b"line 1!\nline 2!\nline 3!\n"
         await poller.flush_offsets(reg)
-        assert await poller.kills.read_claim(claim_file) == claim  # written by the claims command, read back
+        assert await poller.channel.kills.read_claim(claim_file) == claim  # written by the claims command, read back
         saved = await hook.arun(["cat", offsets_file_for(out)])
         assert json.loads(saved.text) == {out: len(data)}  # the guarded offsets write ran
         [tail] = await hook.atail_logs([(out, 7)])

@@ -314,7 +314,7 @@ async def test_a_dag_run_marked_failed_cancels_all_its_jobs_in_one_batch_of_each
     await asyncio.gather(*(trigger.on_kill() for trigger, _ in triggers))
     assert all(double.states[j] is JobState.CANCELED for j in ("41", "42", "43"))
     assert sorted(double.cancel_batches[0]) == ["41", "42", "43"] and len(double.cancel_batches) == 1
-    assert poller.kills.claims.calls == 1 and poller.kills.states.calls == 1
+    assert poller.channel.kills.claims.calls == 1 and poller.channel.kills.states.calls == 1
     asked = [m for m in supervisor.asked if type(m).__name__ == "GetTaskStates"]
     assert len(asked) == 1 and asked[0].map_index is None
     assert not [m for m in supervisor.asked if type(m).__name__ == "GetXCom"], "a failed task decides alone"
