@@ -85,9 +85,8 @@ async def test_a_qos_memory_hold_has_its_own_status_and_is_cancelled_by_the_trig
         return {r: await acancel(r.job_id, marker=r.marker, shred=r.shred) for r in requests}
 
     hook = SimpleNamespace(acancel=acancel, acancel_many=acancel_many)
-    poller = SimpleNamespace(
-        register=lambda *a, **k: reg, unregister=lambda r: None, hook=hook, kills=KillBatch(lambda: hook)
-    )
+    channel = SimpleNamespace(hook=hook, kills=KillBatch(lambda: hook))
+    poller = SimpleNamespace(register=lambda *a, **k: reg, unregister=lambda r: None, hook=hook, channel=channel)
     monkeypatch.setattr("npa_airflow.slurm.triggers.get_poller", lambda conn_id, **_: poller)
     gen = _trigger().run()
     try:
