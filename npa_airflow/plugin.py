@@ -57,6 +57,7 @@ def _is_database_row(task_instance: Any) -> bool:
 
 def _handles(task_instance: Any) -> dict[str, Any]:
     """The job handles in this task instance's XCom, by key."""
+    # Airflow internals (ORM): only the API server reads the handles
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
@@ -83,6 +84,7 @@ def _named(task_instance: Any) -> str:
 def _slurm_config(conn_id: str) -> Any:
     """The connection's config, read at most once per CONFIG_SECONDS in this process: marking a run of 1,000
     tasks failed calls the listener 1,000 times in one request."""
+    # every Airflow process loads the plugin: the hook (asyncssh) only where a cancel runs
     from npa_airflow.slurm.hook import SlurmHook
 
     now = time.monotonic()
@@ -93,6 +95,7 @@ def _slurm_config(conn_id: str) -> Any:
 
 
 def _ti_ref(task_instance: Any) -> Any:
+    # every Airflow process loads the plugin: the job checks only where a cancel runs
     from npa_airflow.trusted_jobs import TaskInstanceRef
 
     ti = task_instance
@@ -101,6 +104,7 @@ def _ti_ref(task_instance: Any) -> Any:
 
 def slurm_cancel(task_instance: Any, raw: Any) -> Any:
     """The cancel of the task instance's Slurm job (a coroutine), or None when its handle is not its own."""
+    # every Airflow process loads the plugin: the job checks and cancels only where a cancel runs
     from npa_airflow.common.deployment import current_deployment
     from npa_airflow.slurm.cancels import CancelRequest
     from npa_airflow.trusted_jobs import Distrust, dropped_paths, task_settings, trusted_slurm_handle
@@ -127,6 +131,7 @@ def slurm_cancel(task_instance: Any, raw: Any) -> Any:
 async def _cancel_slurm(job: Any, request: Any) -> None:
     """scancel the job (recording that Airflow did, so clearing the task later runs it again), retried while the
     cluster does not answer; a cancel that did not happen raises (and is logged as a failure)."""
+    # every Airflow process loads the plugin: the channel (the hook, asyncssh) only where a cancel runs
     from npa_airflow.common.retry import Backoff, Budget, aretry
     from npa_airflow.exceptions import cluster_did_not_answer
     from npa_airflow.slurm.channel import get_channel
@@ -147,6 +152,7 @@ async def _cancel_slurm(job: Any, request: Any) -> None:
 def burst_cancel(task_instance: Any, raw: Any) -> Any:
     """The cancel and teardown of the task instance's Burst launch (a coroutine), or None when its handle is not
     its own."""
+    # every Airflow process loads the plugin: the job checks only where a cancel runs
     from npa_airflow.common.deployment import current_deployment
     from npa_airflow.trusted_jobs import Distrust, task_settings, trusted_burst_try
 
@@ -164,6 +170,7 @@ def burst_cancel(task_instance: Any, raw: Any) -> Any:
 async def _cancel_burst(settings: Any, ref: Any) -> None:
     """Cancel what the try left on the SkyPilot API server (found by its name, as a retry would) and take the
     cluster down if the task's policy says so; the requests are only submitted, within BURST_TIMEOUT."""
+    # every Airflow process loads the plugin: the SkyPilot hook (httpx) only where a cancel runs
     from npa_airflow.burst.hook import SkyPilotHook
 
     loop = asyncio.get_running_loop()
@@ -173,6 +180,7 @@ async def _cancel_burst(settings: Any, ref: Any) -> None:
 
 
 async def _cancel_try(hook: Any, settings: Any, ref: Any) -> None:
+    # every Airflow process loads the plugin: the SkyPilot client only where a cancel runs
     from npa_airflow.burst.handle import BurstJobHandle
     from npa_airflow.burst.tries import observe_tries
 
@@ -227,6 +235,7 @@ def cancel_jobs_of(task_instance: Any) -> concurrent.futures.Future | None:
             cancels.append((key, cancel))
     if not cancels:
         return None
+    # every Airflow process loads the plugin: the background loop only where a cancel runs
     from npa_airflow.common.background_loop import spawn
 
     async def cancel_all() -> None:
@@ -255,6 +264,7 @@ def on_starting(component: Any) -> None:
     its identity before any task needs it."""
     if type(component).__module__ != "airflow.jobs.job":
         return
+    # every Airflow process loads the plugin: the deployment only where the identity is created
     from npa_airflow.common.deployment import ensure_identity
 
     try:

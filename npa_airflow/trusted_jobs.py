@@ -21,13 +21,17 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.burst.tries import legacy_try_refs, try_refs
+from npa_airflow.common.naming import job_name_for, legacy_job_name_for
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm import layout
+from npa_airflow.slurm.handle import SlurmJobHandle
 
 if TYPE_CHECKING:
     from npa_airflow.burst.tries import TryRef
     from npa_airflow.common.deployment import Deployment
     from npa_airflow.slurm.connection import SlurmConnectionConfig
-    from npa_airflow.slurm.handle import SlurmJobHandle
 
 _KNOB_SUFFIX = re.compile(r"-k[0-9]{1,4}(?=-t[0-9]+$)")  # the NCCL probe's per-knob-set job names
 
@@ -66,8 +70,6 @@ def trusted_slurm_handle(
     raw: Any, ti: TaskInstanceRef, settings: TaskSettings, deployment: Deployment, config: SlurmConnectionConfig
 ) -> SlurmJobHandle | Distrust:
     """The task instance's Slurm job handle with only derived paths kept, or why it is not the task's own."""
-    from npa_airflow.slurm.handle import SlurmJobHandle
-
     try:
         handle = SlurmJobHandle.from_dict(raw)
     except NpaValidationError as exc:
@@ -80,7 +82,6 @@ def trusted_slurm_handle(
         return Distrust(f"cluster {handle.cluster!r} is not the connection's ({config.cluster_name!r})")
     roots = [r.rstrip("/") for r in (settings.results_root, config.results_root) if _literal_root(r)]
     name = handle.job_name
-    from npa_airflow.slurm import layout
 
     scripts = {p for r in roots for p in (layout.script_path(r, name), layout.probe_script_path(r, name))}
     sidecars = {layout.sidecar_path(r, name) for r in roots}
@@ -99,8 +100,6 @@ def dropped_paths(raw: Any, trusted: SlurmJobHandle) -> list[str]:
 
 def slurm_job_names(ti: TaskInstanceRef, deployment: Deployment) -> set[str]:
     """The names of every try of the task instance, this deployment's and the previous release's."""
-    from npa_airflow.common.naming import job_name_for, legacy_job_name_for
-
     *key, tries = ti.identity
     return {
         name
@@ -113,9 +112,6 @@ def trusted_burst_try(
     raw: Any, ti: TaskInstanceRef, settings: TaskSettings, deployment: Deployment
 ) -> TryRef | Distrust:
     """The try of this task instance whose launch the handle points at, or why it is not the task's own."""
-    from npa_airflow.burst.handle import BurstJobHandle
-    from npa_airflow.burst.tries import legacy_try_refs, try_refs
-
     try:
         handle = BurstJobHandle.from_dict(raw)
         refs = try_refs(ti.identity, deployment, settings.cluster_name)
@@ -143,6 +139,7 @@ def task_settings(dag_version_id: Any, task_id: str, conn_attr: str) -> TaskSett
     """The serialized task's connection (`conn_attr`), results root, pinned cluster and teardown, from the DAG
     version that ran the task instance; None when it cannot be read."""
     global _bag
+    # Airflow internals (ORM): only the API server reads the serialized DAG
     from airflow.models.dagbag import DBDagBag
     from airflow.utils.session import create_session
 

@@ -18,8 +18,13 @@ from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
+from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.burst.task import TEARDOWN_POLICIES, dag_yaml
+from npa_airflow.burst.tries import observe_tries, plan, upgraded_from
+from npa_airflow.common.background_loop import run_sync
+from npa_airflow.exceptions import NpaConnectionError, NpaError, NpaValidationError
+
 if TYPE_CHECKING:
-    from npa_airflow.burst.handle import BurstJobHandle
     from npa_airflow.burst.hook import SkyPilotHook
     from npa_airflow.burst.tries import TryLaunch, TryRef
     from npa_airflow.common.deployment import Deployment
@@ -28,9 +33,6 @@ if TYPE_CHECKING:
 def teardown_policy(teardown: str | None, created: bool) -> str:
     """What becomes of a cluster once its job ended: `teardown` as given, else "down" for a cluster the task
     created and "keep" for one that already existed."""
-    from npa_airflow.burst.task import TEARDOWN_POLICIES
-    from npa_airflow.exceptions import NpaValidationError
-
     if teardown is None:
         return "down" if created else "keep"
     if teardown not in TEARDOWN_POLICIES:
@@ -71,9 +73,6 @@ class LaunchOrAdopt:
 
     def run(self, nodes: int) -> BurstJobHandle:
         """Cancel or take down what earlier tries left, as `plan` says; then adopt, or launch on `nodes` nodes."""
-        from npa_airflow.burst.tries import observe_tries, plan, upgraded_from
-        from npa_airflow.common.background_loop import run_sync
-
         hook, own = self.hook, self.refs[-1]
         seen = upgraded_from(run_sync(observe_tries(hook, [*self.refs, *self.legacy])), self.deployment)
         steps = plan(seen, own.try_number, self.on_previous_try)
@@ -112,8 +111,6 @@ class LaunchOrAdopt:
 
     def _handle_of(self, found: TryLaunch) -> BurstJobHandle:
         """The handle of what a try left: its own cluster was brought up by this task, a pinned one may not be."""
-        from npa_airflow.burst.handle import BurstJobHandle
-
         created = not found.ref.pinned
         return BurstJobHandle(
             conn_id=self.conn_id,
@@ -129,12 +126,6 @@ class LaunchOrAdopt:
         )
 
     def _launch(self, nodes: int) -> BurstJobHandle:
-        from npa_airflow.burst.handle import BurstJobHandle
-        from npa_airflow.burst.task import dag_yaml
-        from npa_airflow.burst.tries import observe_tries
-        from npa_airflow.common.background_loop import run_sync
-        from npa_airflow.exceptions import NpaConnectionError, NpaError
-
         hook, own = self.hook, self.refs[-1]
         try:
             launch = hook.launch(dag_yaml(self.task, own.try_name), own.cluster, retry_until_up=self.retry_until_up)

@@ -18,17 +18,21 @@ Importing this module is cheap: no httpx, no yaml, no SkyPilot at parse time.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from npa_airflow.common import xcom_keys
 from npa_airflow.common.checks import positive_duration
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import BurstJobLink
+from npa_airflow.common.previous_try import checked_mode
 from npa_airflow.common.renamed import renamed
+from npa_airflow.exceptions import NpaValidationError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -39,8 +43,6 @@ if TYPE_CHECKING:
 
 
 def _seconds(value: timedelta | float | int | None, field: str) -> float | None:
-    from npa_airflow.exceptions import NpaValidationError
-
     if value is None:
         return None
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
@@ -80,8 +82,6 @@ class BurstLaunchOperatorBase(BaseOperator):
         owner = f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})"
         max_wait = renamed(owner, "max_wait", max_wait, "deadline", deadline, kwargs.get("default_args"))
         super().__init__(**kwargs)
-        from npa_airflow.common.previous_try import checked_mode
-
         self.on_previous_try = checked_mode(on_previous_try, "launch or job", "launching")
         self.skypilot_conn_id = skypilot_conn_id
         self.cluster_name = cluster_name
@@ -115,6 +115,7 @@ class BurstLaunchOperatorBase(BaseOperator):
     # -- shared ----------------------------------------------------------------------------------------------
 
     def get_hook(self) -> SkyPilotHook:
+        # DAG parse: the hook loads the SkyPilot client (httpx)
         from npa_airflow.burst.hook import SkyPilotHook
 
         return SkyPilotHook(self.skypilot_conn_id)
@@ -123,6 +124,7 @@ class BurstLaunchOperatorBase(BaseOperator):
         """SKYPILOT_DOCKER_* from the explicit registry connection only (never from the environment)."""
         if not self.registry_conn_id:
             return {}
+        # DAG parse: burst.task is run-time only
         from npa_airflow.burst.task import docker_login_secrets
 
         conn = self.get_hook().get_connection(self.registry_conn_id)
@@ -130,6 +132,7 @@ class BurstLaunchOperatorBase(BaseOperator):
         return docker_login_secrets(server, conn.login, conn.password)
 
     def _teardown_for(self, created: bool) -> str:
+        # DAG parse: adoption loads the SkyPilot client
         from npa_airflow.burst.adoption import teardown_policy
 
         return teardown_policy(self.teardown, created)
@@ -139,6 +142,7 @@ class BurstLaunchOperatorBase(BaseOperator):
 
         The names are keyed by this deployment (`common.naming`), so another deployment's launch of the same DAG
         run is never one of them."""
+        # DAG parse: tries loads the SkyPilot client; the deployment is read only when a task runs
         from npa_airflow.burst.tries import try_refs
         from npa_airflow.common.deployment import current_deployment
 
@@ -149,6 +153,7 @@ class BurstLaunchOperatorBase(BaseOperator):
     def adopt_or_launch(self, hook: SkyPilotHook, context: Context, task: dict[str, Any], nodes: int) -> BurstJobHandle:
         """The launch this try waits for (adopted or new, `LaunchOrAdopt`), pushed to XCom before any wait so a kill
         can find it."""
+        # DAG parse: adoption and tries load the SkyPilot client; the deployment is read only when a task runs
         from npa_airflow.burst.adoption import LaunchOrAdopt
         from npa_airflow.burst.tries import legacy_try_refs
         from npa_airflow.common.deployment import current_deployment
@@ -187,6 +192,7 @@ class BurstLaunchOperatorBase(BaseOperator):
         wait = self.max_wait
         deadline = None if wait is None else (handle.submitted_at or time.time()) + wait.total_seconds()
         if self.deferrable:
+            # DAG parse: the trigger loads the hook
             from npa_airflow.burst.triggers import BurstJobTrigger
 
             trigger = BurstJobTrigger(
@@ -203,8 +209,7 @@ class BurstLaunchOperatorBase(BaseOperator):
     def _wait_here(
         self, hook: SkyPilotHook, handle: BurstJobHandle, poll: float, deadline: float | None, nodes: int
     ) -> dict[str, Any]:
-        import asyncio
-
+        # DAG parse: watch loads the SkyPilot client
         from npa_airflow.burst.watch import watch_job
 
         def remember(current: BurstJobHandle) -> None:
@@ -227,8 +232,7 @@ class BurstLaunchOperatorBase(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Turn the wait's event into the task's outcome (the Slurm side's: a program failure is not retried)."""
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
+        # DAG parse: watch loads the SkyPilot client
         from npa_airflow.burst.watch import event_handle, validate_event
 
         event = validate_event(event)
@@ -264,8 +268,7 @@ class BurstLaunchOperatorBase(BaseOperator):
         return self._fail(handle, event, message, tail)
 
     def _fail(self, handle: BurstJobHandle, event: dict[str, Any], message: str, tail: str) -> Any:
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
+        # DAG parse: outcome loads the SkyPilot client
         from npa_airflow.burst.outcome import classify_burst_failure
 
         verdict = classify_burst_failure(event.get("native_state"), message, tail)
@@ -277,6 +280,7 @@ class BurstLaunchOperatorBase(BaseOperator):
         raise AirflowFailException(f"{message}: a program failure, not retried.{shown}")
 
     def _log_tail(self, handle: BurstJobHandle) -> str:
+        # DAG parse: outcome loads the SkyPilot client
         from npa_airflow.burst.outcome import read_log_tail
 
         with self.get_hook() as hook:

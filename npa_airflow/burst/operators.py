@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from npa_airflow.burst.base import BurstLaunchOperatorBase
 from npa_airflow.common.renamed import renamed, require
-from npa_airflow.common.secret_env import validate_secret_env
+from npa_airflow.common.secret_env import resolve_secret_env, validate_secret_env
+from npa_airflow.exceptions import NpaValidationError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -110,6 +111,7 @@ class BurstTorchrunOperator(BurstLaunchOperatorBase):
         self.master_port = master_port
 
     def spec(self) -> BurstSpec:
+        # DAG parse: burst.task is run-time only
         from npa_airflow.burst.task import BurstSpec
 
         return BurstSpec(
@@ -126,13 +128,14 @@ class BurstTorchrunOperator(BurstLaunchOperatorBase):
         )
 
     def _secret_values(self) -> dict[str, str]:
+        # DAG parse: burst.task is run-time only
         from npa_airflow.burst.task import validate_envs
-        from npa_airflow.common.secret_env import resolve_secret_env
 
         validate_envs(dict.fromkeys(self.secret_env, ""), "secret_env")
         return resolve_secret_env(self.secret_env)
 
     def build_task_dict(self, context: Context, secrets: dict[str, str]) -> tuple[dict[str, Any], int]:
+        # DAG parse: the launcher and burst.task are run-time only
         from npa_airflow.burst.launcher import render_launcher
         from npa_airflow.burst.task import build_task
 
@@ -144,8 +147,6 @@ class BurstTorchrunOperator(BurstLaunchOperatorBase):
 
 def _conn_ids_as_secret_env(secret_conn_ids: Any) -> dict[str, str]:
     """The old ``secret_conn_ids`` ({ENV_NAME: conn_id}: the connection's password) as ``secret_env``."""
-    from npa_airflow.exceptions import NpaValidationError
-
     if not isinstance(secret_conn_ids, Mapping) or not all(isinstance(c, str) for c in secret_conn_ids.values()):
         raise NpaValidationError(f"secret_conn_ids={secret_conn_ids!r} must map ENV_NAME -> connection id")
     return {name: f"conn:{conn_id}" for name, conn_id in secret_conn_ids.items()}
@@ -181,8 +182,8 @@ class BurstSubmitYamlOperator(BurstLaunchOperatorBase):
         return path
 
     def load_task(self, context: Context) -> dict[str, Any]:
+        # DAG parse: burst.task is run-time only
         from npa_airflow.burst.task import load_task_yaml, substitute_vars
-        from npa_airflow.exceptions import NpaValidationError
 
         path = self._resolve_path(context)
         try:
@@ -193,8 +194,8 @@ class BurstSubmitYamlOperator(BurstLaunchOperatorBase):
         return substitute_vars(load_task_yaml(text, path), self.vars, path)
 
     def build_task_dict(self, context: Context, secrets: dict[str, str]) -> tuple[dict[str, Any], int]:
+        # DAG parse: burst.task is run-time only
         from npa_airflow.burst.task import DOCKER_LOGIN_VARS, validate_job_name
-        from npa_airflow.exceptions import NpaValidationError
 
         task = self.load_task(context)
         for section in ("envs", "secrets"):
@@ -244,6 +245,7 @@ class BurstNcclProbeOperator(BurstTorchrunOperator):
         if kwargs.get("command") is None and kwargs.get("entrypoint") is None:
             kwargs["command"] = "nccl_allreduce_probe.py"
         if probe_dir is None:
+            # DAG parse: the templates module loads only for a probe without probe_dir
             from npa_airflow.common.templates import templates_dir
 
             probe_dir = str(templates_dir() / "probe")

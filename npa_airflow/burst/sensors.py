@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -9,6 +10,7 @@ from airflow.sdk.bases.sensor import BaseSensorOperator
 
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import BurstJobLink
+from npa_airflow.exceptions import NpaError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -42,8 +44,7 @@ class BurstJobSensor(BaseSensorOperator):
             return None
 
     def _handle(self) -> BurstJobHandle:
-        import ast
-
+        # DAG parse: the handle loads burst.task (run-time only)
         from npa_airflow.burst.handle import BurstJobHandle
 
         value = self.handle
@@ -54,6 +55,7 @@ class BurstJobSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        # DAG parse: the trigger loads the hook
         from npa_airflow.burst.triggers import BurstJobTrigger
 
         handle = self._handle()
@@ -70,9 +72,9 @@ class BurstJobSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool:
+        # DAG parse: the SkyPilot client and the hook (httpx)
         from npa_airflow.burst import client as sky
         from npa_airflow.burst.hook import SkyPilotHook
-        from npa_airflow.exceptions import NpaError
 
         handle = self._handle()
         with SkyPilotHook(handle.conn_id) as hook:
@@ -90,8 +92,8 @@ class BurstJobSensor(BaseSensorOperator):
 
     def _launched_job_id(self, hook: SkyPilotHook, handle: BurstJobHandle) -> int | None:
         """The job id the launch created; None while the launch runs (a failed launch raises)."""
+        # DAG parse: the SkyPilot client (httpx)
         from npa_airflow.burst import client as sky
-        from npa_airflow.exceptions import NpaError
 
         launch = hook.launch_status(handle.request_id)
         if launch is None or not launch.finished:
@@ -105,8 +107,8 @@ class BurstJobSensor(BaseSensorOperator):
         return job_id
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        # DAG parse: watch loads the SkyPilot client
         from npa_airflow.burst.watch import event_handle, validate_event
-        from npa_airflow.exceptions import NpaError
 
         event = validate_event(event)
         status, handle, message = event["status"], event_handle(event), str(event["message"])

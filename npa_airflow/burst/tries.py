@@ -20,7 +20,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from npa_airflow.burst import client as sky
+from npa_airflow.burst.task import validate_cluster_name
 from npa_airflow.common import previous_try
+from npa_airflow.common.naming import earlier_try_names, job_name_for, legacy_job_name_for
 from npa_airflow.common.remote_errors import skypilot_cluster_gone
 
 if TYPE_CHECKING:
@@ -50,9 +52,6 @@ def try_refs(
 ) -> list[TryRef]:
     """Tries 1 .. the current one of the task instance ``identity`` (dag, task, run, map index, try), oldest first:
     the name this deployment gives each, and its cluster (the pinned ``cluster_name``, else the name)."""
-    from npa_airflow.burst.task import validate_cluster_name
-    from npa_airflow.common.naming import earlier_try_names, job_name_for
-
     names = [*earlier_try_names(*identity, deployment=deployment), job_name_for(*identity, deployment=deployment)]
     cluster = validate_cluster_name(pinned) if pinned else None
     return [
@@ -63,9 +62,6 @@ def try_refs(
 
 def legacy_try_refs(key: TaskInstanceKey, tries: int, pinned: str | None) -> list[TryRef]:
     """Tries 1 .. ``tries`` under the naming before the deployment key (found once after the upgrade)."""
-    from npa_airflow.burst.task import validate_cluster_name
-    from npa_airflow.common.naming import legacy_job_name_for
-
     names = [legacy_job_name_for(*key, t) for t in range(1, tries + 1)]
     cluster = validate_cluster_name(pinned) if pinned else None
     return [

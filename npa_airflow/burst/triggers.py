@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from npa_airflow.burst.handle import BurstJobHandle
+from npa_airflow.burst.hook import SkyPilotHook
+from npa_airflow.burst.joblog import XComLineCount
+from npa_airflow.burst.watch import make_event, watch_job
 from npa_airflow.common import xcom_keys
 from npa_airflow.common.owned_trigger import OwnedJobTrigger
 from npa_airflow.common.ownership import (
@@ -18,10 +21,6 @@ from npa_airflow.common.ownership import (
     write_xcom,
 )
 from npa_airflow.common.trigger_rows import as_trigger_row
-
-if TYPE_CHECKING:
-    from npa_airflow.burst.hook import SkyPilotHook
-    from npa_airflow.burst.joblog import XComLineCount
 
 PUBLISH_WAIT_SECONDS = 5.0  # for the XCom write of the job id when the event is ready
 
@@ -65,8 +64,6 @@ class BurstJobTrigger(OwnedJobTrigger):
         return f"burst job {self._current.to_json()}"
 
     def _hook(self) -> SkyPilotHook:
-        from npa_airflow.burst.hook import SkyPilotHook
-
         return SkyPilotHook(self._current.conn_id)
 
     def _remember(self, handle: BurstJobHandle) -> None:
@@ -93,8 +90,6 @@ class BurstJobTrigger(OwnedJobTrigger):
     async def _line_count(self) -> tuple[XComLineCount | None, bool]:
         """Where the job log's line count is kept (the task's XCom, under this trigger's claim; None: in memory),
         and whether an earlier trigger of this try already followed a job on the cluster (its launch is over)."""
-        from npa_airflow.burst.joblog import XComLineCount
-
         if self._claim is None or not self.stream_logs:
             return None, False
         count = XComLineCount(self.task_instance, self._claim)
@@ -102,14 +97,10 @@ class BurstJobTrigger(OwnedJobTrigger):
         return count, recorded is not None and recorded.cluster == self._current.cluster
 
     def event_payload(self, status: str, message: str, **extra: Any) -> dict[str, Any]:
-        from npa_airflow.burst.watch import make_event
-
         return make_event(status, self._current, message, **extra)
 
     async def wait(self) -> dict[str, Any]:
         """Follow the launch, then the job (`burst.watch`, shared with the worker-side wait), to its event."""
-        from npa_airflow.burst.watch import watch_job
-
         try:
             line_count, launch_shown = await self._line_count()
             async with self._hook() as hook:

@@ -25,6 +25,10 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
+from airflow.configuration import conf
+from airflow.exceptions import AirflowNotFoundException
+from airflow.sdk import BaseHook
+
 from npa_airflow.exceptions import NpaError, NpaValidationError
 
 log = logging.getLogger(__name__)
@@ -88,16 +92,11 @@ def _ti_text(ti_id: object | None) -> str:
 
 
 def _configured_key() -> str | None:
-    from airflow.configuration import conf
-
     value = conf.get(CONFIG_SECTION, CONFIG_KEY, fallback="") or ""
     return value.strip() or None
 
 
 def _from_connection() -> Deployment | None:
-    from airflow.exceptions import AirflowNotFoundException
-    from airflow.sdk import BaseHook
-
     try:
         conn = BaseHook.get_connection(IDENTITY_CONN_ID)
     except AirflowNotFoundException:
@@ -117,6 +116,7 @@ def ensure_identity() -> bool:
     """
     if _configured_key() is not None:
         return False
+    # Airflow internals (ORM): only the process that creates the identity needs them
     from airflow.models.connection import Connection
     from airflow.utils.session import create_session
     from sqlalchemy import select

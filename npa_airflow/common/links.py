@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from airflow.configuration import conf
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
 
@@ -32,8 +33,6 @@ def _linked_handle(operator: Any, key: str, ti_key: TaskInstanceKey) -> Any:
 
 def airflow_xcom_url(ti_key: TaskInstanceKey) -> str:
     """The task instance's XCom tab in the Airflow UI (where the full handle is shown)."""
-    from airflow.configuration import conf
-
     base = conf.get("api", "base_url", fallback="").rstrip("/")
     path = f"/dags/{quote(ti_key.dag_id)}/runs/{quote(ti_key.run_id)}/tasks/{quote(ti_key.task_id)}"
     if ti_key.map_index is not None and ti_key.map_index >= 0:
@@ -102,6 +101,7 @@ def _extra_value(conn_id: str | None, key: str) -> str | None:
     if not conn_id:
         return None
     try:
+        # DAG parse: BaseHook (airflow.sdk.bases.hook) loads only when a link is shown
         from airflow.sdk import BaseHook
 
         extra = BaseHook.get_connection(conn_id).extra_dejson

@@ -32,6 +32,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow.sdk.execution_time import task_runner
+from airflow.sdk.execution_time.comms import GetTaskStates, GetXCom, SetXCom
+
 from npa_airflow.common import xcom_keys
 from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.retry import apause
@@ -120,8 +123,6 @@ async def decide(
 
 def _comms() -> Any:
     """The triggerer's channel to its supervisor (AttributeError outside a triggerer, e.g. dag.test())."""
-    from airflow.sdk.execution_time import task_runner
-
     return task_runner.SUPERVISOR_COMMS
 
 
@@ -184,8 +185,6 @@ async def _read_task_states(keys: Sequence[_TaskKey]) -> dict[_TaskKey, tuple[st
     One task id per request: Airflow 3.3 answers a mapped instance as "<task_id>_<map_index>", which two task
     ids of one request could both produce.
     """
-    from airflow.sdk.execution_time.comms import GetTaskStates
-
     groups: dict[tuple[str, str, str], list[_TaskKey]] = {}
     for key in keys:
         groups.setdefault((key.dag_id, key.run_id, key.task_id), []).append(key)
@@ -254,8 +253,6 @@ async def write_xcom(ti: Any, key: str, value: Any, timeout: float = 60.0) -> bo
     if ti is None:
         return False
     try:
-        from airflow.sdk.execution_time.comms import SetXCom
-
         request = SetXCom(
             key=key,
             value=value,
@@ -273,8 +270,6 @@ async def write_xcom(ti: Any, key: str, value: Any, timeout: float = 60.0) -> bo
 async def read_xcom(ti: Any, key: str, timeout: float = READ_TIMEOUT) -> Any:
     """The value of the task instance's XCom `key` (None when absent or unreadable)."""
     try:
-        from airflow.sdk.execution_time.comms import GetXCom
-
         request = GetXCom(
             key=key,
             dag_id=ti.dag_id,

@@ -20,6 +20,7 @@ from npa_airflow.exceptions import NpaValidationError
 
 def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
     """Resolve {ENV_NAME: "var:NAME" | "conn:CONN_ID[:password|login|extra_key]"} at execute time."""
+    # DAG parse: BaseHook (airflow.sdk.bases.hook) loads only when a secret is resolved
     from airflow.sdk import BaseHook, Variable
 
     values: dict[str, str] = {}

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from airflow.sdk.log import amask_secret, mask_secret, redact
+
 
 def mask_fragments(values: Iterable[str]) -> list[str]:
     """What to register for each value: the value, the value without its final newline, and each of its lines."""
@@ -29,23 +31,17 @@ def mask_fragments(values: Iterable[str]) -> list[str]:
 
 def mask_values(values: Iterable[str]) -> None:
     """Register `values` with this process's masker and, inside a task, with its supervisor's (which writes the log)."""
-    from airflow.sdk.log import mask_secret
-
     for fragment in mask_fragments(values):
         mask_secret(fragment)
 
 
 async def amask_values(values: Iterable[str]) -> None:
     """`mask_values` from a coroutine: in the triggerer the trigger runner tells its supervisor without blocking."""
-    from airflow.sdk.log import amask_secret
-
     for fragment in mask_fragments(values):
         await amask_secret(fragment)
 
 
 def redact_text(text: str) -> str:
     """`text` with every value this process's masker knows replaced by ``***``."""
-    from airflow.sdk.log import redact
-
     redacted = redact(text)
     return redacted if isinstance(redacted, str) else str(redacted)

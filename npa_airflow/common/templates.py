@@ -10,10 +10,8 @@ from __future__ import annotations
 import shlex
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import jinja2
+import jinja2
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -35,8 +33,6 @@ def shell_quote(value: object) -> str:
 
 @cache
 def template_env() -> jinja2.Environment:
-    import jinja2
-
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,

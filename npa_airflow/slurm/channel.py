@@ -18,6 +18,7 @@ from typing import Any
 
 from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.per_loop import PerLoop
+from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.kill_batch import KillBatch
 
 __all__ = ["ClusterChannel", "get_channel", "reset_channels"]
@@ -49,8 +50,6 @@ class ClusterChannel:
 
 
 def _default_hook_factory(conn_id: str, cluster: str | None = None) -> Any:
-    from npa_airflow.slurm.hook import SlurmHook
-
     return SlurmHook(slurm_conn_id=conn_id, cluster=cluster)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from npa_airflow.slurm.commands import build_shred_files, build_tail_logs, parse_tail_logs
 from npa_airflow.slurm.offsets import build_commit_offsets, build_read_claims, parse_read_claims
 from npa_airflow.slurm.poll_bookkeeping import describe_error
 
@@ -46,7 +47,6 @@ class LogTailing:
         tail every log from its read cursor."""
         if not regs and not shredding:
             return {}, None
-        from npa_airflow.slurm.commands import parse_tail_logs
 
         plan = TailPlan.of(regs, shredding)
         self.stats.log_queries += 1
@@ -96,8 +96,6 @@ class TailPlan:
 
     def script(self) -> str:
         """Silent parts first (shred, offsets), then the claims line, then the tail frames."""
-        from npa_airflow.slurm.commands import build_shred_files, build_tail_logs
-
         parts = []
         if self.shred:
             parts.append(build_shred_files(self.shred))

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from npa_airflow.common.naming import validate_job_name
+from npa_airflow.common.templates import templates_dir
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.container import container_srun_options
 from npa_airflow.slurm.enroot import directive_path, render_template
@@ -162,8 +163,6 @@ def render_probe_script(spec: ProbeSpec) -> str:
 
 
 def probe_source() -> bytes:
-    from npa_airflow.common.templates import templates_dir
-
     return (templates_dir() / PROBE_SCRIPT).read_bytes()
 
 

@@ -12,11 +12,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.bases.sensor import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import SlurmJobLink
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.handle import JOB_ID_RE
+from npa_airflow.slurm.handle import JOB_ID_RE, SlurmJobHandle
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -44,8 +45,6 @@ def parse_job_reference(job: Any) -> dict[str, Any] | str:
                 except (ValueError, SyntaxError):
                     pass
     if isinstance(job, dict):
-        from npa_airflow.slurm.handle import SlurmJobHandle
-
         watched = replace(SlurmJobHandle.from_dict(job), env_file=None, script_path=None)
         return watched.to_dict()
     raise NpaValidationError(
@@ -87,6 +86,7 @@ class SlurmJobSensor(BaseSensorOperator):
 
     def _hook(self, cluster: str | None = None) -> Any:
         """A hook for the job's cluster (a handle's "cluster"; None: the connection's)."""
+        # DAG parse: the hook loads asyncssh
         from npa_airflow.slurm.hook import SlurmHook
 
         return SlurmHook(self.slurm_conn_id, cluster=cluster)
@@ -123,6 +123,7 @@ class SlurmJobSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        # DAG parse: the trigger loads the poller and the hook (asyncssh)
         from npa_airflow.slurm.triggers import SlurmJobTrigger
 
         handle = self._handle()
@@ -157,14 +158,11 @@ class SlurmJobSensor(BaseSensorOperator):
             if not marker.startswith("/"):
                 marker = f"{ref['results_dir'].rstrip('/')}/{marker}"
             if not hook.path_exists(marker):
-                from airflow.sdk.exceptions import AirflowFailException
-
                 raise AirflowFailException(f"Slurm job {job_id} COMPLETED but its success marker {marker} is missing")
         return True
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
+        # DAG parse: the trigger module loads the poller and the hook
         from npa_airflow.slurm.triggers import validate_event
 
         try:
@@ -180,6 +178,4 @@ class SlurmJobSensor(BaseSensorOperator):
 
     def _finish(self, job_id: str, state: str, native: str) -> None:
         if state != "COMPLETE":
-            from airflow.sdk.exceptions import AirflowFailException
-
             raise AirflowFailException(f"Slurm job {job_id} ended {native}")

@@ -11,6 +11,7 @@ import collections
 from collections.abc import Iterable
 from typing import Any
 
+from npa_airflow.common.naming import identity_hash
 from npa_airflow.common.ownership import Claim, warm_task_reads
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.common.secret_masking import redact_text
@@ -137,8 +138,6 @@ class SlurmJobTrigger(SlurmTriggerCancels):
 
     async def record_claim(self, ti: Any, claim: Claim) -> bool:
         """The poller writes the claim next to the job's stdout with its first command after registration."""
-        from npa_airflow.common.naming import identity_hash
-
         key = identity_hash(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         self._claim_file = claim_file_for(self.handle.stdout_path, key)
         return True

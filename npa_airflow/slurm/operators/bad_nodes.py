@@ -21,6 +21,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from npa_airflow.slurm.failures import validate_exclusions
+from npa_airflow.slurm.operators.outage import cluster_read
+
 if TYPE_CHECKING:
     from npa_airflow.slurm.hook import SlurmHook
 
@@ -72,8 +75,6 @@ def forget_bad_nodes(context: Mapping[str, Any], log: logging.Logger) -> None:
 
 def validated_exclusions(context: Mapping[str, Any], hook: SlurmHook, log: logging.Logger) -> list[str]:
     """The carried bad nodes that still exist on the cluster (`scontrol show nodes`, read through an outage)."""
-    from npa_airflow.slurm.operators.outage import cluster_read
-
     carried = carried_bad_nodes(context, log)
     if not carried:
         return []
@@ -91,8 +92,6 @@ def record_bad_nodes(
     context: Mapping[str, Any], hook: SlurmHook, bad_nodes: Sequence[str], log: logging.Logger
 ) -> list[str]:
     """Carry the nodes of an infrastructure failure that exist on the cluster to the next try; the ones carried."""
-    from npa_airflow.slurm.failures import validate_exclusions
-
     if not bad_nodes:
         return []
     try:

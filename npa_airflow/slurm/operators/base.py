@@ -36,7 +36,7 @@ from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import SlurmJobLink
 from npa_airflow.common.previous_try import checked_mode
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, ThisTry
+from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, ThisTry, on_job_cluster
 
 if TYPE_CHECKING:
     import jinja2
@@ -147,12 +147,14 @@ class SlurmJobOperatorBase(BaseOperator):
     def check_on_cluster(self, hook: SlurmHook, job: PreparedJob) -> None:
         """Read-only checks before anything is written: the inputs exist, the partition exists, allows the wall
         time and can ever hold the request (nodes, GPUs and memory per node)."""
+        # DAG parse: the cluster checks load the Slurm command builders
         from npa_airflow.slurm.operators.cluster_checks import check_on_cluster
 
         check_on_cluster(hook, job, self.slurm_conn_id, self.log)
 
     def cluster_read(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a read-only hook call through a short outage (better than burning a retry)."""
+        # DAG parse: run-time only
         from npa_airflow.slurm.operators.outage import cluster_read
 
         return cluster_read(self.log, what, call, *args, **kwargs)
@@ -167,6 +169,7 @@ class SlurmJobOperatorBase(BaseOperator):
 
         False when they could not be read: the caller then writes nothing of the job's output it read itself.
         """
+        # DAG parse: run-time only
         from npa_airflow.slurm.operators.job_secrets import mask_secret_values
 
         refs = self.secret_references()
@@ -187,11 +190,13 @@ class SlurmJobOperatorBase(BaseOperator):
     @staticmethod
     def deployment() -> Deployment:
         """This Airflow deployment's identity: it keys job names and owner proofs (`common.deployment`)."""
+        # DAG parse: the deployment is read only when a task runs
         from npa_airflow.common.deployment import current_deployment
 
         return current_deployment()
 
     def job_name_for_context(self, context: Context) -> str:
+        # DAG parse: the naming module is run-time only (the Slurm operators alone)
         from npa_airflow.common.naming import job_name_for
 
         return job_name_for(*self.ti_identity(context), deployment=self.deployment())
@@ -201,6 +206,7 @@ class SlurmJobOperatorBase(BaseOperator):
         return self.deployment().owner_comment(job_name, getattr(context["ti"], "id", None))
 
     def get_hook(self) -> SlurmHook:
+        # DAG parse: the hook loads asyncssh
         from npa_airflow.slurm.hook import SlurmHook
 
         return SlurmHook(self.slurm_conn_id)
@@ -215,12 +221,11 @@ class SlurmJobOperatorBase(BaseOperator):
 
     def job_hook(self, handle: SlurmJobHandle) -> SlurmHook:
         """The hook for commands about `handle`'s job: scancel, sacct and scontrol name the cluster it is on."""
-        from npa_airflow.slurm.operators.job import on_job_cluster
-
         return on_job_cluster(self._this_try.hook if self._this_try is not None else self.get_hook(), handle)
 
     def cancelling(self, this_try: ThisTry) -> Cancelling:
         """The cancels of `this_try`'s jobs (by handle, by request, by name while in flight)."""
+        # DAG parse: the cancels load the Slurm command builders
         from npa_airflow.slurm.operators.cancel import Cancelling
 
         return Cancelling(this_try, self.log)
@@ -240,6 +245,7 @@ class SlurmJobOperatorBase(BaseOperator):
         next_kwargs: dict[str, Any] | None = None,
     ) -> Any:
         """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`."""
+        # DAG parse: the failure rules and the script builders are run-time only
         from npa_airflow.slurm.operators.bad_nodes import validated_exclusions
         from npa_airflow.slurm.scripts import check_script_size
 
@@ -275,6 +281,7 @@ class SlurmJobOperatorBase(BaseOperator):
         self, context: Context, hook: SlurmHook, job: PreparedJob, prepare_named: Callable[[str], PreparedJob]
     ) -> SlurmJobHandle:
         """The job of this step: an earlier try's or this try's found by name, else a new one (`Submission`)."""
+        # DAG parse: the submission loads the Slurm command builders
         from npa_airflow.slurm.operators.submission import Submission, try_names
 
         identity = self.ti_identity(context)
@@ -324,6 +331,7 @@ class SlurmJobOperatorBase(BaseOperator):
         }
 
     def _trigger(self, handle: SlurmJobHandle, deadline: float | None) -> Any:
+        # DAG parse: the trigger loads the poller and the hook (asyncssh)
         from npa_airflow.slurm.triggers import SlurmJobTrigger
 
         return SlurmJobTrigger(**self._trigger_kwargs(handle, deadline))
@@ -349,6 +357,7 @@ class SlurmJobOperatorBase(BaseOperator):
 
     def complete_job(self, context: Context, event: dict[str, Any] | None, *, own_job_name: str) -> Any:
         """Turn the wait's event into the task's outcome; `own_job_name` is the job this step itself submits."""
+        # DAG parse: the completion loads the trigger module
         from npa_airflow.slurm.operators.completion import Completion
 
         this = self.this_try(context)

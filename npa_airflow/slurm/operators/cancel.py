@@ -12,9 +12,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, NamedTuple
 
+from airflow.sdk.exceptions import AirflowException
+
 from npa_airflow.slurm.cancels import CancelRequest, cancel_marker_of
+from npa_airflow.slurm.commands import build_record_cancel
 from npa_airflow.slurm.operators import outage
-from npa_airflow.slurm.operators.job import on_job_cluster
+from npa_airflow.slurm.operators.job import fail_task, on_job_cluster
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.commands import CancelOrigin
@@ -99,7 +102,6 @@ class Cancelling:
         """Where a submission resumes after on_kill: cancel the job it got (if any) and end the task."""
         if not self.this_try.killed:
             return
-        from airflow.sdk.exceptions import AirflowException
 
         self.this_try.done = True
         says = ""
@@ -116,10 +118,6 @@ class Cancelling:
         Once reported, the cancel is recorded as known to Airflow (its marker), so clearing the task runs it
         again instead of failing on the same cancel.
         """
-        from airflow.sdk.exceptions import AirflowException
-
-        from npa_airflow.slurm.operators.job import fail_task
-
         job = f"Slurm job {job_id} ({job_name}){whose}"
         marker = cancel_marker_of(script_path)
         try:
@@ -131,8 +129,6 @@ class Cancelling:
         if origin.by_airflow:
             return
         if marker is not None:
-            from npa_airflow.slurm.commands import build_record_cancel
-
             try:
                 hook.run(build_record_cancel(marker), check=False)
             except Exception as exc:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.fit import Request, misfit
 from npa_airflow.slurm.operators.outage import cluster_read
 
 if TYPE_CHECKING:
@@ -60,8 +61,6 @@ def check_inputs(hook: SlurmHook, job: PreparedJob, log: logging.Logger) -> None
 
 def check_fit(job: PreparedJob, partitions: Sequence[Any], nodes: dict[str, Any], conn_id: str) -> None:
     """Refuse a request no partition of the job can ever run (it would pend until its deadline)."""
-    from npa_airflow.slurm.fit import Request, misfit
-
     request = Request(nodes=job.nodes or 1, gpus_per_node=job.gpus_per_node, mem_mb=job.mem_mb)
     reasons = [misfit(request, part, nodes) for part in partitions]
     if all(reasons):

@@ -13,6 +13,14 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from npa_airflow.common.secret_masking import redact_text
+from npa_airflow.slurm.operators.bad_nodes import forget_bad_nodes, record_bad_nodes
+from npa_airflow.slurm.operators.job import fail_task
+from npa_airflow.slurm.operators.outcome import classify_failure, read_log_tail
+from npa_airflow.slurm.triggers import event_handle, validate_event
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -47,10 +55,6 @@ class Completion:
 
     def outcome(self, event: dict[str, Any] | None) -> Any:
         """Turn the wait's event into the task's outcome: the handle's dict, or an exception."""
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from npa_airflow.slurm.operators.bad_nodes import forget_bad_nodes
-
         handle, status = self._accept_event(event)
         job = f"Slurm job {handle.job_id} ({handle.job_name})"
         if status == "success":
@@ -71,10 +75,6 @@ class Completion:
         return self._fail_for_failed_job(hook, event, handle, tail)
 
     def _accept_event(self, event: Any) -> tuple[SlurmJobHandle, str]:
-        from airflow.sdk.exceptions import AirflowException
-
-        from npa_airflow.slurm.triggers import event_handle, validate_event
-
         try:
             event = validate_event(event)
         except ValueError as exc:
@@ -85,8 +85,6 @@ class Completion:
     def _ended_by_the_wait(self, hook: SlurmHook, handle: SlurmJobHandle, event: dict[str, Any], job: str) -> Exception:
         """The error for a wait that ended before the job did: its deadline passed, Slurm can never start it, or
         the cluster lost it. A job that could not be cancelled leaves the task retryable, so a retry tries again."""
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
         status = event["status"]
         if status == "vanished":
             return AirflowException(
@@ -108,8 +106,6 @@ class Completion:
     def _after_cancel(self, hook: SlurmHook, handle: SlurmJobHandle, event: dict[str, Any]) -> Any:
         """The job was cancelled. Outside Airflow: fail, naming who. By Airflow, for a job this try had adopted
         from an earlier one: the user cleared that try (its trigger's on_kill cancels), which means "run again"."""
-        from npa_airflow.slurm.operators.job import fail_task
-
         adopted = handle.job_name != self.own_job_name
         whose = " of an earlier try" if adopted else ""
         self.cancelling.fail_unless_cancelled_by_airflow(
@@ -131,11 +127,6 @@ class Completion:
 
     def _fail_for_failed_job(self, hook: SlurmHook, event: dict[str, Any], handle: SlurmJobHandle, tail: str) -> Any:
         """A FAILED job: an infrastructure failure is retried without the bad nodes; a program failure is not."""
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
-        from npa_airflow.slurm.operators.bad_nodes import record_bad_nodes
-        from npa_airflow.slurm.operators.outcome import classify_failure
-
         verdict = classify_failure(event, handle.job_name, tail)
         if verdict.kind == "infra":
             excluded = record_bad_nodes(self.context, hook, verdict.bad_nodes, self.log)
@@ -154,9 +145,6 @@ class Completion:
         Read from the cluster when this process could register the secrets, else the event's tail (which the
         trigger masked as it wrote it).
         """
-        from npa_airflow.common.secret_masking import redact_text
-        from npa_airflow.slurm.operators.outcome import read_log_tail
-
         tail = ""
         if self.mask_secrets():
             try:

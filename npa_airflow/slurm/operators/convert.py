@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk.exceptions import AirflowException
+
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm import layout
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
@@ -32,6 +34,7 @@ MIN_CONVERT_MINUTES = 120
 
 def check_sqsh(hook: SlurmHook, path: str) -> SqshCheck:
     """Validate a .sqsh on shared storage from the login host (hsqs magic, unsquashfs -s, full size)."""
+    # DAG parse: the image helpers are run-time only
     from npa_airflow.slurm.images import build_sqsh_validate_command, parse_sqsh_validation
 
     result = hook.run(build_sqsh_validate_command(path), check=True)
@@ -84,11 +87,13 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
         self.convert_script = ""
 
     def _ref(self) -> ImageRef:
+        # DAG parse: the image helpers are run-time only
         from npa_airflow.slurm.images import parse_image_ref
 
         return parse_image_ref(self.image, field="image")
 
     def target_path(self, cfg: SlurmConnectionConfig) -> str:
+        # DAG parse: the image helpers are run-time only
         from npa_airflow.slurm.images import sqsh_path_for
 
         ref = self._ref()
@@ -113,6 +118,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
         if ref.is_sqsh:
             return self._existing_image(hook, target)
 
+        # DAG parse: the image helpers are run-time only
         from npa_airflow.slurm.images import SqshStatus
 
         check = check_sqsh(hook, target)
@@ -153,6 +159,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
         self, job_name: str, exclude_nodes: Sequence[str], env: JobEnvironment, step: Mapping[str, Any]
     ) -> PreparedJob:
         """The conversion job; `step["force"]` replaces a valid image (a ':latest' tag asked to reconvert)."""
+        # DAG parse: the enroot builders are run-time only
         from npa_airflow.slurm.enroot import ConvertSpec, render_convert_script
 
         cfg = env.config
@@ -192,12 +199,14 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
 
     def _trigger(self, handle: SlurmJobHandle, deadline: float | None) -> Any:
         """The shared trigger, plus: a job held by a QOS memory limit ends the wait (see convert_trigger)."""
+        # DAG parse: the trigger loads the poller and the hook (asyncssh)
         from npa_airflow.slurm.convert_trigger import SqshConvertTrigger
 
         return SqshConvertTrigger(**self._trigger_kwargs(handle, deadline))
 
     def cancel_held_by_qos_memory(self, context: Context, event: dict[str, Any]) -> None:
         """The seed's rule for a conversion held by QOSGrpMemLimit: cancel it and say what to do, never wait."""
+        # DAG parse: the enroot builders and the trigger module are run-time only
         from npa_airflow.slurm.enroot import qos_memory_advice
         from npa_airflow.slurm.triggers import event_handle
 
@@ -213,8 +222,6 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         """The conversion job ended: the image must now be a valid .sqsh at the target."""
-        from airflow.sdk.exceptions import AirflowException
-
         # A conversion held by a QOS memory limit (status held_by_qos; before it had its own status, a deadline
         # event flagged blocked_by_qos, which a task deferred across an upgrade may still receive).
         held = isinstance(event, dict) and (event.get("status") == "held_by_qos" or event.get("blocked_by_qos"))

@@ -42,6 +42,7 @@ class SlurmEnrootCredentialsOperator(BaseOperator):
         self.slurm_conn_id = slurm_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
+        # DAG parse: BaseHook, the enroot builders and the hook (asyncssh) load only when the task runs
         from airflow.sdk import BaseHook
 
         from npa_airflow.slurm.enroot import (

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk.exceptions import AirflowFailException
+
 from npa_airflow.exceptions import NpaValidationError
 
 if TYPE_CHECKING:
@@ -102,6 +104,7 @@ def on_job_cluster(hook: SlurmHook, handle: SlurmJobHandle) -> SlurmHook:
 
 def results_root_for(cfg: SlurmConnectionConfig, override: str | None, conn_id: str) -> str:
     """The results root on shared storage: the operator's, else the connection's; absolute, no trailing slash."""
+    # DAG parse: run-time only
     from npa_airflow.slurm.storage_paths import normalize_storage_path
 
     root = override or cfg.results_root
@@ -128,6 +131,7 @@ def handle_for(
 
     `submitted_at` is Slurm's own submit time of an adopted job; a job submitted just now gets the clock's.
     """
+    # DAG parse: the handle module is run-time only (the Slurm operators alone)
     from npa_airflow.slurm.handle import SlurmJobHandle
 
     host, port = cfg.hosts[0]
@@ -150,6 +154,4 @@ def handle_for(
 
 def fail_task(message: str) -> Exception:
     """An error that fails the task without a retry (retrying cannot help)."""
-    from airflow.sdk.exceptions import AirflowFailException
-
     return AirflowFailException(message)

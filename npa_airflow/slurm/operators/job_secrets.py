@@ -7,14 +7,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from npa_airflow.common.secret_env import mask_secret_env
+
 
 def mask_secret_values(refs: Mapping[str, str], values: Iterable[str] | None, log: logging.Logger) -> bool:
     """Register the values of `refs` (resolved now unless given) with this process's secrets masker.
 
     False when they could not be read: the caller then writes nothing of the job's output it read itself.
     """
-    from npa_airflow.common.secret_env import mask_secret_env
-
     try:
         mask_secret_env(refs, values)
     except Exception as exc:

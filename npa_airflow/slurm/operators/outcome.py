@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from npa_airflow.common.states import JobState
+from npa_airflow.slurm.commands import SlurmJobInfo
+from npa_airflow.slurm.failures import classify
+
 if TYPE_CHECKING:
     from npa_airflow.slurm.failures import FailureVerdict
     from npa_airflow.slurm.handle import SlurmJobHandle
@@ -14,10 +18,6 @@ LOG_TAIL_BYTES = 8192
 
 def classify_failure(event: dict[str, Any], job_name: str, tail: str) -> FailureVerdict:
     """Infrastructure or program failure (with evidence and bad nodes) from the final state and the log tail."""
-    from npa_airflow.common.states import JobState
-    from npa_airflow.slurm.commands import SlurmJobInfo
-    from npa_airflow.slurm.failures import classify
-
     info = SlurmJobInfo(
         job_id=str(event["job_id"]),
         native_state=str(event.get("native_state") or "UNKNOWN"),

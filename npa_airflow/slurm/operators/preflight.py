@@ -68,6 +68,7 @@ class SlurmPreflightOperator(BaseOperator):
         self.tools = tuple(tools) if tools is not None else None
 
     def build_request(self, cfg: SlurmConnectionConfig) -> Any:
+        # DAG parse: the preflight builders load the Slurm command builders
         from npa_airflow.slurm.preflight import SLURM_TOOLS, PreflightRequest
 
         writable = [("results_root", results_root_for(cfg, self.results_root, self.slurm_conn_id))]
@@ -93,6 +94,7 @@ class SlurmPreflightOperator(BaseOperator):
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
+        # DAG parse: the hook loads asyncssh
         from npa_airflow.slurm.hook import SlurmHook
 
         hook = SlurmHook(self.slurm_conn_id)
@@ -119,6 +121,7 @@ class SlurmPreflightOperator(BaseOperator):
 
     def _run_checks(self, hook: Any, request: Any, cluster_name: str | None) -> tuple[str, Any]:
         """Run the checks; ask again (up to PREFLIGHT_ATTEMPTS) only while the controller alone did not answer."""
+        # DAG parse: the preflight builders load the Slurm command builders
         from npa_airflow.slurm.preflight import build_preflight_command, parse_preflight
 
         command = build_preflight_command(request, cluster_name)

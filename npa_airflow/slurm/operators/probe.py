@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk import Variable
+
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm import layout
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
@@ -67,6 +69,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         results_root: str | None = None,
         **kwargs: Any,
     ) -> None:
+        # DAG parse: the probe builders (enroot, templates) load only when an operator is made
         from npa_airflow.slurm.probe import default_knob_sets, validate_knob_sets
 
         kwargs.setdefault("poll_interval", 5.0)
@@ -102,13 +105,13 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
 
     def cache_key(self, context: Context) -> str:
         """The Variable of the working environment for this connection and partition (this try's config)."""
+        # DAG parse: the probe builders are run-time only
         from npa_airflow.slurm.probe import cache_key
 
         return cache_key(self.slurm_conn_id, self._partition(self.this_try(context).hook.config))
 
     def cached_env(self, context: Context) -> dict[str, str] | None:
-        from airflow.sdk import Variable
-
+        # DAG parse: the probe builders are run-time only
         from npa_airflow.slurm.probe import decode_cache
 
         try:
@@ -120,12 +123,14 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
     # -- steps: one probe job per knob set -----------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
+        # DAG parse: the probe builders are run-time only
         from npa_airflow.slurm.probe import knobs_label, probe_needed
 
         if not probe_needed(self.nodes, self.gpus_per_node):
             self.log.info("No probe needed: %d node(s) x %d GPU(s)", self.nodes, self.gpus_per_node)
             return {}
         if self.image is not None:
+            # DAG parse: the image helpers are run-time only
             from npa_airflow.slurm.images import require_sqsh_image
 
             require_sqsh_image(self.image)
@@ -142,6 +147,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
 
     def probe_knob_set(self, context: Context, knob_index: int) -> Any:
         """Submit the probe with knob set `knob_index`; its event goes to `probe_complete` with the index."""
+        # DAG parse: the probe builders are run-time only
         from npa_airflow.slurm.probe import knobs_label
 
         self.log.info(
@@ -168,6 +174,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         self, job_name: str, exclude_nodes: Sequence[str], env: JobEnvironment, step: Mapping[str, Any]
     ) -> PreparedJob:
         """The probe job with knob set `step["knob_index"]`."""
+        # DAG parse: the probe, container and staging builders are run-time only
         from npa_airflow.slurm.container import merge_mounts
         from npa_airflow.slurm.probe import ProbeSpec, probe_source, render_probe_script, validate_env
         from npa_airflow.slurm.staging import StagedFile
@@ -209,6 +216,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         self, context: Context, event: dict[str, Any] | None = None, knob_index: int | None = None
     ) -> Any:
         """The probe with knob set `knob_index` ended: return its env, try the next set on a hang, or fail."""
+        # DAG parse: the probe builders and the trigger module are run-time only
         from npa_airflow.slurm.probe import classify_probe_event, knobs_label
         from npa_airflow.slurm.triggers import event_handle, validate_event
 
@@ -257,8 +265,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
 
     def _probe_passed(self, context: Context, handle: SlurmJobHandle, knob_index: int) -> dict[str, str]:
         """Cache the working knob set (unless the cache is off) and return it."""
-        from airflow.sdk import Variable
-
+        # DAG parse: the probe builders are run-time only
         from npa_airflow.slurm.probe import encode_cache, knobs_label
 
         self.this_try(context).done = True

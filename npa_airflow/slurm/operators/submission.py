@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
+from npa_airflow.common.naming import earlier_try_names, legacy_earlier_try_names
 from npa_airflow.common.previous_try import on_previous_try
 from npa_airflow.common.retry import pause
 from npa_airflow.common.states import JobState
@@ -21,6 +22,7 @@ from npa_airflow.slurm.cancels import CancelRequest
 from npa_airflow.slurm.job_owners import TryNames, describe_foreign, sort_by_owner
 from npa_airflow.slurm.operators.job import PreparedJob, handle_for
 from npa_airflow.slurm.operators.outage import cluster_read
+from npa_airflow.slurm.staging import StagedFile
 
 if TYPE_CHECKING:
     from npa_airflow.common.deployment import Deployment
@@ -35,8 +37,6 @@ RECONCILE_POLL_SECONDS = 3.0
 
 def try_names(identity: tuple[str, str, str, int | None, int], own: str, deployment: Deployment) -> TryNames:
     """`own` (this step's job name) and the names of this task instance's earlier tries, both namings."""
-    from npa_airflow.common.naming import earlier_try_names, legacy_earlier_try_names
-
     earlier = earlier_try_names(*identity, deployment=deployment)
     return TryNames(own, tuple(earlier), tuple(legacy_earlier_try_names(*identity)))
 
@@ -240,6 +240,4 @@ class Submission:
 
 def script_file(job: PreparedJob) -> Any:
     """The sbatch script as a file to stage (executable by its owner only)."""
-    from npa_airflow.slurm.staging import StagedFile
-
     return StagedFile(job.script_path, job.script.encode("utf-8"), 0o700)
