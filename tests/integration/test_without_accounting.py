@@ -200,7 +200,7 @@ def test_cancel_of_a_job_slurmctld_forgot_is_told_by_its_end_record(slurm_cluste
     from npa_airflow.slurm.end_records import end_record_for
 
     done = submit_deferred(make_operator(command="true"), task_context(f"npa_itest_noacct_cx_{uuid.uuid4().hex[:6]}"))
-    handle = done.handle
+    handle = done.handle.to_dict()
     wait_until_forgotten(cluster_ssh, [handle["job_id"]], slurm_cluster.min_job_age)
     hook = SlurmHook("slurm_default")
     record = end_record_for(handle["results_dir"])
