@@ -146,8 +146,11 @@ def test_jobs_that_ended_longer_than_min_job_age_ago_are_settled_from_their_end_
         bad_op.execute_complete(bad_ctx, payload)
 
     payload, _ = run_trigger(gone)
-    assert payload["status"] == "failed" and payload["exit_code"] is None, payload
-    assert "no end record" in payload["message"] and "keeps no accounting" in payload["message"]
+    # scancel's SIGTERM may reach the script before its last write (no record: how it ended is unknown) or let it
+    # write the child's 143 first; a failure either way, never a success
+    assert payload["status"] == "failed" and payload["exit_code"] in (None, 143), payload
+    if payload["exit_code"] is None:
+        assert "no end record" in payload["message"] and "keeps no accounting" in payload["message"]
 
 
 def test_on_kill_cancels_the_job_and_the_cancel_is_airflows(slurm_cluster, cluster_ssh, monkeypatch):
