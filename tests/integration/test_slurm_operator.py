@@ -472,7 +472,8 @@ def test_sensor_waits_for_a_job_submitted_elsewhere(slurm_cluster):
         return (await asyncio.wait_for(anext(trigger.run()), 120)).payload
 
     payload = asyncio.run(wait())
-    watched = {**submitted.handle, "script_path": None}  # the sensor only watches: no file of the job is its own
+    # the sensor only watches: no file of the job is its own
+    watched = {**submitted.handle.to_dict(), "script_path": None}
     assert sensor.execute_complete(task_context("sensor_dag"), payload) == watched
     assert "sensed" in collected.lines
 

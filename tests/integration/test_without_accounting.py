@@ -146,8 +146,11 @@ def test_jobs_that_ended_longer_than_min_job_age_ago_are_settled_from_their_end_
         bad_op.execute_complete(bad_ctx, payload)
 
     payload, _ = run_trigger(gone)
-    assert payload["status"] == "failed" and payload["exit_code"] is None, payload
-    assert "no end record" in payload["message"] and "keeps no accounting" in payload["message"]
+    # scancel's SIGTERM may reach the script before its last write (no record: how it ended is unknown) or let it
+    # write the child's 143 first; a failure either way, never a success
+    assert payload["status"] == "failed" and payload["exit_code"] in (None, 143), payload
+    if payload["exit_code"] is None:
+        assert "no end record" in payload["message"] and "keeps no accounting" in payload["message"]
 
 
 def test_on_kill_cancels_the_job_and_the_cancel_is_airflows(slurm_cluster, cluster_ssh, monkeypatch):
@@ -200,7 +203,7 @@ def test_cancel_of_a_job_slurmctld_forgot_is_told_by_its_end_record(slurm_cluste
     from npa_airflow.slurm.end_records import end_record_for
 
     done = submit_deferred(make_operator(command="true"), task_context(f"npa_itest_noacct_cx_{uuid.uuid4().hex[:6]}"))
-    handle = done.handle
+    handle = done.handle.to_dict()
     wait_until_forgotten(cluster_ssh, [handle["job_id"]], slurm_cluster.min_job_age)
     hook = SlurmHook("slurm_default")
     record = end_record_for(handle["results_dir"])

@@ -86,7 +86,9 @@ def test_node_fail_is_retried_elsewhere_and_program_error_is_not_retried(
     assert program["state"] == "failed" and program["try_number"] == 1  # no retry consumed
     assert "a program failure, not retried" in output and "fatal: bad config" in output
     program_jobs = jobs_settled(cluster_ssh, program_prefix, 1)
-    assert [j["state"] for j in program_jobs] == ["FAILED"]
+    # without accounting, slurmctld forgets an ended job MinJobAge after its end (30 s on that bed)
+    forgotten = not slurm_cluster.accounting and not program_jobs
+    assert forgotten or [j["state"] for j in program_jobs] == ["FAILED"], program_jobs
     record_figures(
         "node_fail", injections=1, tries=2, jobs=len(infra_jobs), excluded_node=failed["node"],
         new_job_name=handle["job_name"], lost=0,

@@ -394,7 +394,7 @@ def test_secret_values_in_the_sidecar_reach_the_job_as_data(pooled_hook, scratch
     op.render_template_fields(ctx)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
-    handle = deferred.value.trigger.handle
+    handle = deferred.value.trigger.handle.to_dict()
     reset_pollers()
     info = _wait_done(pooled_hook, handle["job_id"])
     assert info.exit_code == 0, read_from(pooled_hook, handle["stderr_path"], 0)[0][-2000:]

@@ -239,7 +239,7 @@ def test_two_deployments_with_the_same_dag_and_run_launch_two_clusters_and_each_
             handles[label] = trigger.handle.to_dict()
         assert handles["staging"]["cluster"] != handles["prod"]["cluster"]
         monkeypatch.setattr(d, "current_deployment", lambda: prod)
-        retry = submit_deferred(burst_operator(ticks=120), task_context(dag_id, 2, run_id)).handle
+        retry = submit_deferred(burst_operator(ticks=120), task_context(dag_id, 2, run_id)).handle.to_dict()
         assert (retry["cluster"], retry["request_id"]) == (handles["prod"]["cluster"], handles["prod"]["request_id"])
         assert len(launches_for(skypilot_server, handles["staging"]["cluster"])) == 1
         assert launches_for(skypilot_server, try_name(dag_id, run_id, 2)) == []  # no launch under any try-2 name

@@ -8,9 +8,6 @@ The hook's commands run for real in local bash (batches, end-record lines, the -
 
 from __future__ import annotations
 
-import asyncio
-import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,21 +15,17 @@ import pytest
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaRemoteError
 from npa_airflow.slurm.connection import SlurmConnectionConfig
-from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.ssh import CommandResult
+from tests.harness.scripted_slurm_tools import HELP_2205, HELP_2411, ScriptedSlurmTools
 
 CONFIG = SlurmConnectionConfig(conn_id="slurm_x", hosts=(("127.0.0.1", 1),), user="npa")
 INVALID_ID = "slurm_load_jobs error: Invalid job id specified\n"
 DBD_DOWN = "sacct: error: Problem talking to the database: Connection refused\n"
 CTLD_DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
 RUNNING = "7|7|RUNNING|None|c1|job\n"
-# `squeue --help`, the line that matters: 24.11 lists it, 22.05 does not.
-HELP_2411 = "      --only-job-state            Only query job state\n"
-HELP_2205 = "  -p, --partition=partition(s)    comma separated list of partitions\n"
 
 
-class Tools:
-    """Fake `sacct` and `squeue` in a bin directory put first on PATH; `hook()` runs every command in bash."""
+class Tools(ScriptedSlurmTools):
+    """Scripted `sacct` and `squeue` (tests.harness.scripted_slurm_tools) for the hook of CONFIG."""
 
     def __init__(
         self,
@@ -41,43 +34,7 @@ class Tools:
         squeue: tuple[int, str, str] = (0, "", ""),
         help_text: str = HELP_2205,
     ) -> None:
-        self.dir = tmp_path / "tools"
-        self.bin = self.dir / "bin"
-        self.bin.mkdir(parents=True)
-        for tool, (rc, out, err) in (("sacct", sacct), ("squeue", squeue)):
-            (self.dir / f"{tool}.out").write_text(out)
-            (self.dir / f"{tool}.err").write_text(err)
-            help_line = f'[ "$1" != --help ] || {{ printf %s {shlex.quote(help_text)}; exit 0; }}\n'
-            script = self.bin / tool
-            script.write_text(
-                "#!/bin/bash\n"
-                + (help_line if tool == "squeue" else "")
-                + f'printf "%s\\n" "$*" >> {shlex.quote(str(self.dir / tool))}.log\n'
-                + f"cat {shlex.quote(str(self.dir / tool))}.out; cat {shlex.quote(str(self.dir / tool))}.err >&2\n"
-                + f"exit {rc}\n"
-            )
-            script.chmod(0o755)
-        self.round_trips: list[str] = []
-
-    def calls(self, tool: str) -> list[str]:
-        log = self.dir / f"{tool}.log"
-        return log.read_text().splitlines() if log.exists() else []
-
-    def hook(self, cluster: str | None = None) -> SlurmHook:
-        hook = SlurmHook(config=CONFIG, cluster=cluster)
-        env = {"PATH": f"{self.bin}:/usr/bin:/bin"}
-
-        async def arun(argv, *, stdin=None, check=True, **kwargs):
-            command = argv if isinstance(argv, str) else shlex.join(argv)
-            self.round_trips.append(command)
-            proc = await asyncio.create_subprocess_exec(
-                "bash", "-c", command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-            )
-            out, err = await proc.communicate(stdin or b"")
-            return CommandResult(stdout=out, stderr=err, returncode=proc.returncode, host="login1")
-
-        hook.arun = arun  # type: ignore[method-assign]
-        return hook
+        super().__init__(tmp_path, {"sacct": sacct, "squeue": squeue}, CONFIG, help_text)
 
 
 @pytest.mark.parametrize(

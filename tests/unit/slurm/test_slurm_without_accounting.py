@@ -9,8 +9,6 @@ MinJobAge), `scontrol show job` and each job's end record. The hook's commands r
 from __future__ import annotations
 
 import ast
-import asyncio
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -23,10 +21,9 @@ from npa_airflow.slurm import commands
 from npa_airflow.slurm.cancels import ENDED
 from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.end_records import split_end_record_codes, with_end_record_codes
-from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.slurm.preflight import PreflightRequest, build_preflight_command, parse_preflight
-from npa_airflow.slurm.ssh import CommandResult
 from npa_airflow.slurm.without_accounting import gone_without_record, needs_scontrol, settle
+from tests.harness.scripted_slurm_tools import ScriptedSlurmTools
 
 SAMPLES = Path(__file__).parent / "samples" / "22.05-noacct"
 CONFIG = SlurmConnectionConfig(conn_id="slurm_noacct", hosts=(("127.0.0.1", 1),), user="npa")
@@ -195,44 +192,11 @@ def test_preflight_reports_whether_the_cluster_keeps_accounting(line, accounting
 # -- the hook, around scripted tools --------------------------------------------------------------------------
 
 
-class Tools:
-    """Fake `sacct`, `squeue` and `scontrol` first on PATH; `hook()` runs every command in local bash."""
+class Tools(ScriptedSlurmTools):
+    """Scripted `sacct`, `squeue` and `scontrol` (tests.harness.scripted_slurm_tools) for the hook of CONFIG."""
 
     def __init__(self, tmp_path: Path, answers: dict[str, tuple[int, str, str]]) -> None:
-        self.dir = tmp_path / "tools"
-        self.bin = self.dir / "bin"
-        self.bin.mkdir(parents=True)
-        for tool in ("sacct", "squeue", "scontrol"):
-            rc, out, err = answers.get(tool, (0, "", ""))
-            (self.dir / f"{tool}.out").write_text(out)
-            (self.dir / f"{tool}.err").write_text(err)
-            base = shlex.quote(str(self.dir / tool))
-            script = self.bin / tool
-            script.write_text(
-                f'#!/bin/bash\nprintf "%s\\n" "$*" >> {base}.log\ncat {base}.out; cat {base}.err >&2\nexit {rc}\n'
-            )
-            script.chmod(0o755)
-        self.round_trips: list[str] = []
-
-    def calls(self, tool: str) -> list[str]:
-        log = self.dir / f"{tool}.log"
-        return log.read_text().splitlines() if log.exists() else []
-
-    def hook(self) -> SlurmHook:
-        hook = SlurmHook(config=CONFIG)
-        env = {"PATH": f"{self.bin}:/usr/bin:/bin"}
-
-        async def arun(argv, *, stdin=None, check=True, **kwargs):
-            command = argv if isinstance(argv, str) else shlex.join(argv)
-            self.round_trips.append(command)
-            proc = await asyncio.create_subprocess_exec(
-                "bash", "-c", command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-            )
-            out, err = await proc.communicate(stdin or b"")
-            return CommandResult(stdout=out, stderr=err, returncode=proc.returncode, host="login1")
-
-        hook.arun = arun  # type: ignore[method-assign]
-        return hook
+        super().__init__(tmp_path, answers, CONFIG)
 
 
 async def test_the_state_query_learns_once_that_there_is_no_accounting_then_runs_no_sacct(tmp_path):
