@@ -70,7 +70,7 @@ def dev_airflow(env: dict[str, str], *args: str, timeout: float = 900) -> str:
 def handle_for(env: ClusterEnv, dag_id: str, task_id: str, run_id: str, job_id: int) -> dict:
     from npa_airflow.common.deployment import Deployment
     from npa_airflow.common.naming import job_name_for
-    from npa_airflow.slurm import layout
+    from npa_airflow.slurm.submit import layout
 
     name = job_name_for(dag_id, task_id, run_id, -1, 1, deployment=Deployment(DEPLOYMENT_KEY, None, "benchmark"))
     root = f"{env.shared}/results"

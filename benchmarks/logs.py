@@ -19,8 +19,8 @@ from benchmarks.cluster import ClusterEnv
 from benchmarks.counting import CountingHook
 from benchmarks.jobs import CONN_ID, BenchRun
 from benchmarks.report import human_bytes, table
-from npa_airflow.slurm import poller as poller_module
-from npa_airflow.slurm.poller import SlurmPoller
+from npa_airflow.slurm.watch import poller as poller_module
+from npa_airflow.slurm.watch.poller import SlurmPoller
 
 CYCLE_PAUSE = 0.5
 MAX_CYCLES = 400

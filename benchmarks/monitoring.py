@@ -27,10 +27,10 @@ import asyncssh
 from benchmarks.cluster import ClusterEnv, SshdLog, local_port, rpc_delta, rpc_snapshot
 from benchmarks.counting import Call, CountingHook
 from benchmarks.jobs import CONN_ID, BenchJob, BenchRun
-from npa_airflow.slurm import ssh
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.poller import get_poller, reset_pollers
+from npa_airflow.slurm.transport import ssh
 from npa_airflow.slurm.triggers import SlurmJobTrigger
+from npa_airflow.slurm.watch.poller import get_poller, reset_pollers
 
 MAX_FINISHERS = 8
 

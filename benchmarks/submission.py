@@ -24,10 +24,10 @@ import time
 from benchmarks.cluster import ClusterEnv, SshdLog, local_port
 from benchmarks.jobs import CONN_ID, BenchRun
 from benchmarks.report import p50, pmax, table
-from npa_airflow.slurm import ssh
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.scripts import assert_script_clean, bash_syntax_check
-from npa_airflow.slurm.staging import StagedFile
+from npa_airflow.slurm.submit.scripts import assert_script_clean, bash_syntax_check
+from npa_airflow.slurm.submit.staging import StagedFile
+from npa_airflow.slurm.transport import ssh
 
 BASELINE_BIND = "127.0.0.3"  # the baseline's ssh clients connect from here, so sshd's log tells them apart
 

@@ -36,7 +36,7 @@ class Options:
     mem_floor_mib: int = 1500
     settle: float = 15.0  # pause between runs so one run's tail does not land in the next one's figures
     # Steady state starts this long after the last task deferred: the provider's poller polls at its 2 s floor
-    # for 60 s after each submit (npa_airflow.slurm.poll_records.FAST_WINDOW_SECONDS), then at the poll interval.
+    # for 60 s after each submit (npa_airflow.slurm.watch.poll_records.FAST_WINDOW_SECONDS), then at the poll interval.
     steady_after: float = 65.0
     # The anchor's cancel run costs N more task starts and shows the same mechanism at every N (nothing cancels
     # its jobs: SSHRemoteJobTrigger has no on_kill); above this N it is skipped and the table says so.

@@ -144,8 +144,7 @@ with DAG(
     @task
     def stage_code() -> dict:
         """Put the training script on shared storage (never fetched inside the GPU allocation)."""
-        from npa_airflow.slurm.hook import SlurmHook
-        from npa_airflow.slurm.staging import StagedFile
+        from npa_airflow.slurm.hook import SlurmHook, StagedFile
 
         hook = SlurmHook(CONN_ID)
         root = hook.config.results_root

@@ -14,8 +14,9 @@ serialized task (npa_airflow.trusted_jobs); a handle that is not the task instan
 
 The listener runs in the thread of the API request that ended the task. It reads the database there, then hands
 the remote work to the process's background loop and returns: marking a run of 1,000 tasks failed starts no
-thread per task, its Slurm cancels meet in one scancel per cluster (npa_airflow.slurm.kill_batch), and a cluster or
-SkyPilot server that does not answer costs waiting coroutines with a time bound, not the API server's threads.
+thread per task, its Slurm cancels meet in one scancel per cluster (npa_airflow.slurm.transport.kill_batch), and a
+cluster or SkyPilot server that does not answer costs waiting coroutines with a time bound, not the API server's
+threads.
 
 The plugin also creates this deployment's identity (npa_airflow.common.deployment) when the scheduler, triggerer
 or dag processor starts.
@@ -106,7 +107,7 @@ def slurm_cancel(task_instance: Any, raw: Any) -> Any:
     """The cancel of the task instance's Slurm job (a coroutine), or None when its handle is not its own."""
     # every Airflow process loads the plugin: the job checks and cancels only where a cancel runs
     from npa_airflow.common.deployment import current_deployment
-    from npa_airflow.slurm.cancels import CancelRequest
+    from npa_airflow.slurm.transport.cancels import CancelRequest
     from npa_airflow.trusted_jobs import Distrust, dropped_paths, task_settings, trusted_slurm_handle
 
     settings = task_settings(task_instance.dag_version_id, task_instance.task_id, CONN_ATTRS[xcom_keys.SLURM_JOB])
@@ -134,7 +135,7 @@ async def _cancel_slurm(job: Any, request: Any) -> None:
     # every Airflow process loads the plugin: the channel (the hook, asyncssh) only where a cancel runs
     from npa_airflow.common.retry import Backoff, Budget, aretry
     from npa_airflow.exceptions import cluster_did_not_answer
-    from npa_airflow.slurm.channel import get_channel
+    from npa_airflow.slurm.transport.channel import get_channel
 
     kills = get_channel(job.conn_id, cluster=job.cluster).kills
     outcome = await aretry(

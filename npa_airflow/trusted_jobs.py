@@ -12,7 +12,7 @@ from the task instance, this deployment and the serialized task (the DAG file's 
 - a path is kept only when the layout derives it from the results root and the job's name (else dropped: the cancel
   then writes no marker or shreds no sidecar there).
 The job id itself is checked on the cluster at the cancel: only the connection user's job of that name is cancelled
-(npa_airflow.slurm.cancels). Everything here is pure but `task_settings` (the serialized DAG).
+(npa_airflow.slurm.transport.cancels). Everything here is pure but `task_settings` (the serialized DAG).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from npa_airflow.burst.handle import BurstJobHandle
 from npa_airflow.burst.tries import legacy_try_refs, try_refs
 from npa_airflow.common.naming import job_name_for, legacy_job_name_for
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm import layout
 from npa_airflow.slurm.handle import SlurmJobHandle
+from npa_airflow.slurm.submit import layout
 
 if TYPE_CHECKING:
     from npa_airflow.burst.tries import TryRef
     from npa_airflow.common.deployment import Deployment
-    from npa_airflow.slurm.connection import SlurmConnectionConfig
+    from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 
 _KNOB_SUFFIX = re.compile(r"-k[0-9]{1,4}(?=-t[0-9]+$)")  # the NCCL probe's per-knob-set job names
 

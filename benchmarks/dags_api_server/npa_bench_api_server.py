@@ -30,7 +30,7 @@ class HandleOnly(SlurmSubmitOperator):
 
         name = self.job_name_for_context(context)
         root = "/var/tmp/npa-cluster/shared/results"
-        handle = SlurmJobHandle(  # the layout's paths (npa_airflow.slurm.layout), spelled out for older releases
+        handle = SlurmJobHandle(  # the layout's paths (npa_airflow.slurm.submit.layout), spelled out for older releases
             conn_id=CONN_ID, cluster=None, job_id=str(4_000_000 + int(self.task_id.rsplit("_", 1)[1])),
             job_name=name, login_host="127.0.0.1:22", results_dir=f"{root}/{name}",
             stdout_path=f"{root}/slurm-logs/{name}/main.out", stderr_path=f"{root}/slurm-logs/{name}/main.err",

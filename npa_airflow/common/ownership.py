@@ -9,7 +9,7 @@ nothing, so `on_kill` decides from two facts instead:
 - the task instance in the metadata database, read through the triggerer's execution API: a try that is no
   longer DEFERRED was ended by a user or the scheduler; a DEFERRED one is still waiting (on another triggerer);
 - the claim: each trigger that starts watching a job records (try, token), for Slurm next to the job's log
-  offsets on the cluster (`npa_airflow.slurm.poller`), for Burst in an XCom of the task instance; a claim by
+  offsets on the cluster (`npa_airflow.slurm.watch.poller`), for Burst in an XCom of the task instance; a claim by
   another trigger of the same try means this one was moved; a claim by a later try means the task was
   cleared and started again (a clear still cancels, as it always has).
 

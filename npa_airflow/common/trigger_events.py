@@ -1,6 +1,6 @@
 """The one shape of a trigger's event, Slurm's and Burst's: a dict with ``status`` (one of the backend's
 statuses), ``handle`` (the job handle's dict), ``message`` and what the backend adds; each backend's event
-module (``slurm/trigger_events.py``, ``burst/watch.py``) builds and checks its events here."""
+module (``slurm/watch/trigger_events.py``, ``burst/watch.py``) builds and checks its events here."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from npa_airflow.common import xcom_keys
-from npa_airflow.slurm.failures import expand_hostlist
+from npa_airflow.slurm.watch.failures import expand_hostlist
 
 # Task instance states whose job may still be queued or running on a cluster (a try going up for retry may
 # leave its job running: the next try reattaches to it).

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.enroot import QOS_MEM_REASONS
-from npa_airflow.slurm.poller import PollUpdate, Registration
+from npa_airflow.slurm.submit.enroot import QOS_MEM_REASONS
 from npa_airflow.slurm.triggers import SlurmJobTrigger
+from npa_airflow.slurm.watch.poller import PollUpdate, Registration
 
 
 def qos_memory_hold_reason(update: PollUpdate | None) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any
 from npa_airflow.common.checks import field_mismatch, fullmatch_or_raise
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.end_records import end_record_for
+from npa_airflow.slurm.watch.end_records import end_record_for
 
 # A Slurm job id as sbatch prints it: plain, array task (123_4) or heterogeneous component (123+1).
 JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
@@ -52,7 +52,7 @@ class SlurmJobHandle:
 
     @property
     def end_record(self) -> str | None:
-        """Where the job's batch script writes its end record (`npa_airflow.slurm.end_records`)."""
+        """Where the job's batch script writes its end record (`npa_airflow.slurm.watch.end_records`)."""
         return end_record_for(self.results_dir)
 
     def __post_init__(self) -> None:

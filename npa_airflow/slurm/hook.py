@@ -1,7 +1,7 @@
 """SlurmHook: every byte that goes to or comes from a Slurm login host passes through here.
 
-One async core (:class:`npa_airflow.slurm.async_hook.AsyncSlurmHook`) on asyncssh, pooled per event loop
-(:mod:`npa_airflow.slurm.ssh`). This module adds the sync facade operators use on a worker thread: each sync
+One async core (:class:`npa_airflow.slurm.transport.async_hook.AsyncSlurmHook`) on asyncssh, pooled per event loop
+(:mod:`npa_airflow.slurm.transport.ssh`). This module adds the sync facade operators use on a worker thread: each sync
 method runs its async twin on one private background loop, so a worker's calls share one connection.
 """
 
@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from npa_airflow.common.background_loop import run_sync
 from npa_airflow.slurm import commands
-from npa_airflow.slurm.async_hook import AsyncSlurmHook
-from npa_airflow.slurm.ssh import MAX_CHANNELS_PER_CONNECTION, CommandResult
-from npa_airflow.slurm.staging import StagedFile
+from npa_airflow.slurm.submit.staging import StagedFile
+from npa_airflow.slurm.transport.async_hook import AsyncSlurmHook
+from npa_airflow.slurm.transport.ssh import MAX_CHANNELS_PER_CONNECTION, CommandResult
 
 if TYPE_CHECKING:
-    from npa_airflow.slurm.cancels import CancelRequest
+    from npa_airflow.slurm.transport.cancels import CancelRequest
 
-__all__ = ["MAX_CHANNELS_PER_CONNECTION", "CommandResult", "SlurmHook"]
+__all__ = ["MAX_CHANNELS_PER_CONNECTION", "CommandResult", "SlurmHook", "StagedFile"]
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """SlurmJobTrigger: wait for a Slurm job in the triggerer, streaming its stdout/stderr into the task log.
 
 The trigger does no polling of its own: it registers with the process-wide poller of its job's cluster
-(`npa_airflow.slurm.poller`), which queries all waiting jobs of that cluster in one command per cycle.
+(`npa_airflow.slurm.watch.poller`), which queries all waiting jobs of that cluster in one command per cycle.
 """
 
 from __future__ import annotations
@@ -14,23 +14,23 @@ from typing import Any
 from npa_airflow.common.naming import identity_hash
 from npa_airflow.common.ownership import Claim, warm_task_reads
 from npa_airflow.common.retry import Backoff, Budget, aretry
+from npa_airflow.common.secret_env import amask_secret_env, validate_secret_env
 from npa_airflow.common.secret_masking import redact_text
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
-from npa_airflow.slurm import without_accounting
-from npa_airflow.slurm.fit import never_clearing_reason
 from npa_airflow.slurm.handle import SlurmJobHandle
-from npa_airflow.slurm.log_lines import LineSplitter
-from npa_airflow.slurm.offsets import claim_file_for, offsets_file_for
-from npa_airflow.slurm.poller import PollUpdate, Registration, SlurmPoller, get_poller
-from npa_airflow.slurm.secret_env import amask_secret_env, validate_secret_env
-from npa_airflow.slurm.trigger_cancel import SlurmTriggerCancels
+from npa_airflow.slurm.submit.fit import never_clearing_reason
+from npa_airflow.slurm.watch import without_accounting
+from npa_airflow.slurm.watch.log_lines import LineSplitter
+from npa_airflow.slurm.watch.offsets import claim_file_for, offsets_file_for
+from npa_airflow.slurm.watch.poller import PollUpdate, Registration, SlurmPoller, get_poller
+from npa_airflow.slurm.watch.trigger_cancel import SlurmTriggerCancels
 
 # Re-exported: operators, sensors and tests import the event helpers from here.
-from npa_airflow.slurm.trigger_events import EVENT_STATUSES as EVENT_STATUSES
-from npa_airflow.slurm.trigger_events import event_handle as event_handle
-from npa_airflow.slurm.trigger_events import make_event_payload as make_event_payload
-from npa_airflow.slurm.trigger_events import validate_event as validate_event
+from npa_airflow.slurm.watch.trigger_events import EVENT_STATUSES as EVENT_STATUSES
+from npa_airflow.slurm.watch.trigger_events import event_handle as event_handle
+from npa_airflow.slurm.watch.trigger_events import make_event_payload as make_event_payload
+from npa_airflow.slurm.watch.trigger_events import validate_event as validate_event
 
 TAIL_LINES = 60  # lines of the job's output carried in a failure event
 # A job that sacct and squeue both answer they do not know, for this long in a row, is lost: the wait ends.
@@ -49,7 +49,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
     :param deadline: epoch seconds after which the trigger fires a "deadline" event (the operator cancels).
     :param require_marker: for COMPLETED, also require this file (relative to the results dir, or absolute).
     :param log_offsets: ignored; accepted so trigger rows serialised by earlier versions (which carried it)
-        still deserialise. The offsets live next to the job's stdout (`npa_airflow.slurm.offsets`).
+        still deserialise. The offsets live next to the job's stdout (`npa_airflow.slurm.watch.offsets`).
     :param stream_logs: write the job's stdout/stderr to the task log as it appears.
     :param cancel_on_kill: scancel the job when a user kills the deferred task.
     :param secret_env: the job's `secret_env` references ({ENV_NAME: "var:NAME" | "conn:ID[:field]"}, never

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from npa_airflow.slurm.staging import StagedFile, build_stage
+from npa_airflow.slurm.submit.staging import StagedFile, build_stage
 
 
 async def aput_files(hook: Any, files: Sequence[StagedFile]) -> None:

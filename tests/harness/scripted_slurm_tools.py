@@ -10,9 +10,9 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.ssh import CommandResult
+from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
+from npa_airflow.slurm.transport.ssh import CommandResult
 
 # `squeue --help`, the line that matters: 24.11 lists it, 22.05 does not.
 HELP_2411 = "      --only-job-state            Only query job state\n"

@@ -14,9 +14,9 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import CancelOrigin, LogChunk, NodeInfo, PartitionInfo, SlurmJobInfo
-from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.operators import SlurmSubmitOperator
+from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 from npa_airflow.slurm.triggers import SlurmJobTrigger
 from tests.harness.airflow_tasks import job_name as job_name_for
 

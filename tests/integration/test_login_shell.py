@@ -18,9 +18,9 @@ import pytest
 from npa_airflow.common.ownership import Claim
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.poller import SlurmPoller, offsets_file_for
-from npa_airflow.slurm.preflight import PreflightRequest, build_preflight_command, parse_preflight
-from npa_airflow.slurm.staging import StagedFile
+from npa_airflow.slurm.submit.preflight import PreflightRequest, build_preflight_command, parse_preflight
+from npa_airflow.slurm.submit.staging import StagedFile
+from npa_airflow.slurm.watch.poller import SlurmPoller, offsets_file_for
 
 pytestmark = pytest.mark.integration
 

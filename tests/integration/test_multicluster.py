@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.poller import reset_pollers
+from npa_airflow.slurm.watch.poller import reset_pollers
 from tests.harness.airflow_tasks import collecting_logger, submit_deferred, task_context
 from tests.harness.airflow_tasks import job_name as job_name_for
 from tests.harness.airflow_tasks import make_submit_operator as make_operator

@@ -17,11 +17,11 @@ from collections import Counter
 
 import pytest
 
-from npa_airflow.slurm import ssh
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.poller import get_poller, reset_pollers
+from npa_airflow.slurm.transport import ssh
 from npa_airflow.slurm.triggers import SlurmJobTrigger
+from npa_airflow.slurm.watch.poller import get_poller, reset_pollers
 
 pytestmark = [pytest.mark.integration, pytest.mark.accounting("counts the one sacct of each poller cycle")]
 

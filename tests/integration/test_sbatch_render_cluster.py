@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from npa_airflow.slurm import commands
-from npa_airflow.slurm.scripts import bash_syntax_check, lint_script, render_sbatch
-from npa_airflow.slurm.spec import SbatchSpec
+from npa_airflow.slurm.submit.scripts import bash_syntax_check, lint_script, render_sbatch
+from npa_airflow.slurm.submit.spec import SbatchSpec
 
 pytestmark = pytest.mark.integration
 

@@ -17,11 +17,11 @@ from npa_airflow.exceptions import (
     NpaRemoteError,
     NpaValidationError,
 )
-from npa_airflow.slurm import ssh
-from npa_airflow.slurm.cancels import CancelRequest
-from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.staging import StagedFile
+from npa_airflow.slurm.submit.staging import StagedFile
+from npa_airflow.slurm.transport import ssh
+from npa_airflow.slurm.transport.cancels import CancelRequest
+from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 from tests.harness.remote_files import aput_files, aread_from
 
 pytestmark = pytest.mark.integration

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from npa_airflow.slurm import ssh
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.poller import SlurmPoller, offsets_file_for
-from npa_airflow.slurm.staging import StagedFile
+from npa_airflow.slurm.submit.staging import StagedFile
+from npa_airflow.slurm.transport import ssh
+from npa_airflow.slurm.watch.poller import SlurmPoller, offsets_file_for
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import pytest
 
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.poller import reset_pollers
-from npa_airflow.slurm.staging import StagedFile
+from npa_airflow.slurm.submit.staging import StagedFile
+from npa_airflow.slurm.watch.poller import reset_pollers
 from tests.harness.airflow_tasks import make_submit_operator as make_operator
 from tests.harness.airflow_tasks import task_context
 from tests.harness.slurm_accounting import accounted_jobs, sacct_jobs

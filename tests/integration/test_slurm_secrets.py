@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from npa_airflow.slurm import poller as poller_mod
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.poller import reset_pollers
 from npa_airflow.slurm.triggers import SlurmJobTrigger
+from npa_airflow.slurm.watch import poller as poller_mod
+from npa_airflow.slurm.watch.poller import reset_pollers
 from tests.harness.airflow_tasks import collecting_logger, submit_deferred, task_context
 from tests.harness.airflow_tasks import make_submit_operator as make_operator
 from tests.supervisor_double import install_supervisor, run_for_task_instance

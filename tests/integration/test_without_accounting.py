@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from npa_airflow.slurm.cancels import cancel_marker_of
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.poller import reset_pollers
+from npa_airflow.slurm.transport.cancels import cancel_marker_of
+from npa_airflow.slurm.watch.poller import reset_pollers
 from tests.harness.airflow_tasks import collecting_logger, submit_deferred, task_context
 from tests.harness.airflow_tasks import make_submit_operator as make_operator
 from tests.supervisor_double import install_supervisor, run_for_task_instance
@@ -200,7 +200,7 @@ def test_cancel_of_a_job_slurmctld_forgot_is_told_by_its_end_record(slurm_cluste
     """A cancel that comes after the job ended and slurmctld forgot it: ENDED where its script wrote its end
     record; refused (never "cancelled") where it left none, since no accounting can tell."""
     from npa_airflow.exceptions import NpaCancelFailed
-    from npa_airflow.slurm.end_records import end_record_for
+    from npa_airflow.slurm.watch.end_records import end_record_for
 
     done = submit_deferred(make_operator(command="true"), task_context(f"npa_itest_noacct_cx_{uuid.uuid4().hex[:6]}"))
     handle = done.handle.to_dict()

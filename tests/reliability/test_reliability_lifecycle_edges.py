@@ -40,7 +40,7 @@ from reliability_harness import (
 )
 from test_reliability_wait_faults import private_sshd  # noqa: F401 (fixture)
 
-from npa_airflow.slurm.poller import reset_pollers
+from npa_airflow.slurm.watch.poller import reset_pollers
 from tests.harness.airflow_tasks import job_name as job_name_for
 from tests.supervisor_double import install_supervisor, run_for_task_instance
 

@@ -27,7 +27,7 @@ from reliability_harness import (
     unique_dag,
 )
 
-from npa_airflow.slurm.poller import reset_pollers
+from npa_airflow.slurm.watch.poller import reset_pollers
 from tests.harness.airflow_tasks import job_name as job_name_for
 
 pytestmark = pytest.mark.integration

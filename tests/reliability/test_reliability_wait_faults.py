@@ -29,7 +29,7 @@ from reliability_harness import (
     unique_dag,
 )
 
-from npa_airflow.slurm.poller import reset_pollers
+from npa_airflow.slurm.watch.poller import reset_pollers
 
 pytestmark = pytest.mark.integration
 OUTAGE_SECONDS = 60

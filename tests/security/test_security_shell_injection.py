@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from npa_airflow.common.naming import JOB_NAME_RE, validate_job_name
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm import commands
-from npa_airflow.slurm.poller import build_commit_offsets, build_read_offsets
-from npa_airflow.slurm.staging import StagedFile, build_stage
+from npa_airflow.slurm.submit.staging import StagedFile, build_stage
+from npa_airflow.slurm.watch.poller import build_commit_offsets, build_read_offsets
 from tests.harness.remote_files import put_files, read_from
 
 pytestmark = pytest.mark.integration
@@ -301,8 +301,8 @@ def _wait_done(hook, job_id: str, timeout: float = 120) -> object:
 def test_environment_values_in_a_rendered_script_reach_the_job_as_data(pooled_hook, scratch):
     """>= 1,000 hostile values as SbatchSpec environment, rendered into ONE real sbatch job on the cluster;
     the job writes each variable back NUL-separated and the bytes must match."""
-    from npa_airflow.slurm.scripts import render_sbatch
-    from npa_airflow.slurm.spec import SbatchSpec
+    from npa_airflow.slurm.submit.scripts import render_sbatch
+    from npa_airflow.slurm.submit.spec import SbatchSpec
 
     # A CR is refused by validation (sbatch rejects scripts with DOS line breaks; see the CRLF test below):
     # generate without it, so every generated value is used.
@@ -335,7 +335,7 @@ def test_probe_knob_values_reach_the_probe_job_as_data(pooled_hook, scratch):
 
     The knobs are not NCCL variables, so the collective itself is not the point: whatever its verdict (torchrun
     may be missing on the nodes), the verdict line prints the same label."""
-    from npa_airflow.slurm.probe import ProbeSpec, knobs_label, probe_source, render_probe_script
+    from npa_airflow.slurm.submit.probe import ProbeSpec, knobs_label, probe_source, render_probe_script
 
     one_line = _short.filter(lambda v: "\n" not in v and "\r" not in v)  # validate_env refuses line breaks
     values = _collect(st.lists(one_line, min_size=BATCH, max_size=BATCH))
@@ -370,7 +370,7 @@ def test_secret_values_in_the_sidecar_reach_the_job_as_data(pooled_hook, scratch
     from airflow.sdk.exceptions import TaskDeferred
 
     from npa_airflow.slurm.operators import SlurmSubmitOperator
-    from npa_airflow.slurm.poller import reset_pollers
+    from npa_airflow.slurm.watch.poller import reset_pollers
 
     secrets = [v for v in _collect(st.lists(_short, min_size=BATCH, max_size=BATCH), 3) if len(v) >= 4][:100]
     assert len(secrets) >= 50
@@ -407,8 +407,8 @@ def test_secret_values_in_the_sidecar_reach_the_job_as_data(pooled_hook, scratch
 def test_crlf_in_an_environment_value_is_refused_before_anything_is_staged():
     """sbatch refuses a whole script that contains CRLF ("DOS line breaks"), after staging it. A value with
     CRLF must be refused by validation (or rendered without a raw CRLF), never discovered by sbatch."""
-    from npa_airflow.slurm.scripts import render_sbatch
-    from npa_airflow.slurm.spec import SbatchSpec
+    from npa_airflow.slurm.submit.scripts import render_sbatch
+    from npa_airflow.slurm.submit.spec import SbatchSpec
 
     try:
         spec = SbatchSpec(

@@ -6,8 +6,8 @@ import pytest
 
 from npa_airflow.common.deployment import Deployment
 from npa_airflow.common.naming import job_name_for, legacy_job_name_for
-from npa_airflow.slurm import layout
-from npa_airflow.slurm.connection import SlurmConnectionConfig
+from npa_airflow.slurm.submit import layout
+from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 from npa_airflow.trusted_jobs import (
     Distrust,
     TaskInstanceRef,

@@ -6,7 +6,7 @@ name is validated against a strict pattern before it reaches a builder; paths ar
 NUL and newlines.
 
 Every command is bash: the hook runs each one under bash whatever the login user's shell is
-(:func:`npa_airflow.slurm.ssh.login_shell_command`), so builders never wrap their own.
+(:func:`npa_airflow.slurm.transport.ssh.login_shell_command`), so builders never wrap their own.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ CANCEL_MARKER_SUFFIX = ".npa-cancelled"
 
 
 def build_cancel(*job_ids: str, cluster: str | None = None) -> list[str]:
-    """ONE scancel for one or many jobs (22.05 exits 0 when none of them is known: see npa_airflow.slurm.cancels)."""
+    """ONE scancel for one or many jobs (22.05 exits 0 when none of them is known: see slurm/transport/cancels.py)."""
     if not job_ids:
         raise NpaValidationError("no job id to cancel")
     return ["scancel", *cluster_args(cluster), *dict.fromkeys(validate_job_id(j) for j in job_ids)]

@@ -21,8 +21,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from npa_airflow.slurm.failures import validate_exclusions
 from npa_airflow.slurm.operators.outage import cluster_read
+from npa_airflow.slurm.watch.failures import validate_exclusions
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.hook import SlurmHook

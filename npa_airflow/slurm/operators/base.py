@@ -247,7 +247,7 @@ class SlurmJobOperatorBase(BaseOperator):
         """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`."""
         # DAG parse: the failure rules and the script builders are run-time only
         from npa_airflow.slurm.operators.bad_nodes import validated_exclusions
-        from npa_airflow.slurm.scripts import check_script_size
+        from npa_airflow.slurm.submit.scripts import check_script_size
 
         this = self.this_try(context)
         hook = this.hook

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from airflow.sdk.exceptions import AirflowException
 
-from npa_airflow.slurm.cancels import CancelRequest, cancel_marker_of
 from npa_airflow.slurm.commands import build_record_cancel
 from npa_airflow.slurm.operators import outage
 from npa_airflow.slurm.operators.job import fail_task, on_job_cluster
+from npa_airflow.slurm.transport.cancels import CancelRequest, cancel_marker_of
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.commands import CancelOrigin

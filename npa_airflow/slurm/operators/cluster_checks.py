@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.fit import Request, misfit
 from npa_airflow.slurm.operators.outage import cluster_read
+from npa_airflow.slurm.submit.fit import Request, misfit
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.hook import SlurmHook

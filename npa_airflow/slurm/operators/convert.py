@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm import layout
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, fail_task, results_root_for
+from npa_airflow.slurm.submit import layout
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from npa_airflow.slurm.connection import SlurmConnectionConfig
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
-    from npa_airflow.slurm.images import ImageRef, SqshCheck
+    from npa_airflow.slurm.submit.images import ImageRef, SqshCheck
+    from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 
 # Defaults, kept literal so a DAG file does not import the builders (equal to enroot.DEFAULT_CONVERT_*; a unit
 # test holds them together). The conversion profile is the seed's.
@@ -35,7 +35,7 @@ MIN_CONVERT_MINUTES = 120
 def check_sqsh(hook: SlurmHook, path: str) -> SqshCheck:
     """Validate a .sqsh on shared storage from the login host (hsqs magic, unsquashfs -s, full size)."""
     # DAG parse: the image helpers are run-time only
-    from npa_airflow.slurm.images import build_sqsh_validate_command, parse_sqsh_validation
+    from npa_airflow.slurm.submit.images import build_sqsh_validate_command, parse_sqsh_validation
 
     result = hook.run(build_sqsh_validate_command(path), check=True)
     return parse_sqsh_validation(result.text, path)
@@ -88,13 +88,13 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
 
     def _ref(self) -> ImageRef:
         # DAG parse: the image helpers are run-time only
-        from npa_airflow.slurm.images import parse_image_ref
+        from npa_airflow.slurm.submit.images import parse_image_ref
 
         return parse_image_ref(self.image, field="image")
 
     def target_path(self, cfg: SlurmConnectionConfig) -> str:
         # DAG parse: the image helpers are run-time only
-        from npa_airflow.slurm.images import sqsh_path_for
+        from npa_airflow.slurm.submit.images import sqsh_path_for
 
         ref = self._ref()
         if ref.is_sqsh:
@@ -119,7 +119,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
             return self._existing_image(hook, target)
 
         # DAG parse: the image helpers are run-time only
-        from npa_airflow.slurm.images import SqshStatus
+        from npa_airflow.slurm.submit.images import SqshStatus
 
         check = check_sqsh(hook, target)
         if check.status is SqshStatus.NO_TOOL:
@@ -160,7 +160,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
     ) -> PreparedJob:
         """The conversion job; `step["force"]` replaces a valid image (a ':latest' tag asked to reconvert)."""
         # DAG parse: the enroot builders are run-time only
-        from npa_airflow.slurm.enroot import ConvertSpec, render_convert_script
+        from npa_airflow.slurm.submit.enroot import ConvertSpec, render_convert_script
 
         cfg = env.config
         root = results_root_for(cfg, self.results_root, self.slurm_conn_id)
@@ -207,7 +207,7 @@ class SlurmSqshConvertOperator(SlurmJobOperatorBase):
     def cancel_held_by_qos_memory(self, context: Context, event: dict[str, Any]) -> None:
         """The seed's rule for a conversion held by QOSGrpMemLimit: cancel it and say what to do, never wait."""
         # DAG parse: the enroot builders and the trigger module are run-time only
-        from npa_airflow.slurm.enroot import qos_memory_advice
+        from npa_airflow.slurm.submit.enroot import qos_memory_advice
         from npa_airflow.slurm.triggers import event_handle
 
         handle = event_handle(event)

@@ -45,14 +45,14 @@ class SlurmEnrootCredentialsOperator(BaseOperator):
         # DAG parse: BaseHook, the enroot builders and the hook (asyncssh) load only when the task runs
         from airflow.sdk import BaseHook
 
-        from npa_airflow.slurm.enroot import (
+        from npa_airflow.slurm.hook import SlurmHook
+        from npa_airflow.slurm.submit.enroot import (
             CREDENTIALS_MARK,
             NGC_AUTH_HOST,
             NGC_REGISTRY,
             build_credentials_block,
             build_install_credentials_command,
         )
-        from npa_airflow.slurm.hook import SlurmHook
 
         conn = BaseHook.get_connection(self.registry_conn_id)
         registry = (conn.host or "").strip()

@@ -13,10 +13,10 @@ from airflow.sdk.exceptions import AirflowFailException
 from npa_airflow.exceptions import NpaValidationError
 
 if TYPE_CHECKING:
-    from npa_airflow.slurm.connection import SlurmConnectionConfig
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
-    from npa_airflow.slurm.spec import SbatchSpec
+    from npa_airflow.slurm.submit.spec import SbatchSpec
+    from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def on_job_cluster(hook: SlurmHook, handle: SlurmJobHandle) -> SlurmHook:
 def results_root_for(cfg: SlurmConnectionConfig, override: str | None, conn_id: str) -> str:
     """The results root on shared storage: the operator's, else the connection's; absolute, no trailing slash."""
     # DAG parse: run-time only
-    from npa_airflow.slurm.storage_paths import normalize_storage_path
+    from npa_airflow.slurm.submit.storage_paths import normalize_storage_path
 
     root = override or cfg.results_root
     if not root:

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import SlurmJobInfo
-from npa_airflow.slurm.failures import classify
+from npa_airflow.slurm.watch.failures import classify
 
 if TYPE_CHECKING:
-    from npa_airflow.slurm.failures import FailureVerdict
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
+    from npa_airflow.slurm.watch.failures import FailureVerdict
 
 LOG_TAIL_BYTES = 8192
 

@@ -18,7 +18,7 @@ from npa_airflow.slurm.operators.job import fail_task, results_root_for
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from npa_airflow.slurm.connection import SlurmConnectionConfig
+    from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 
 PREFLIGHT_ATTEMPTS = 3  # only a controller that does not answer is asked again
 PREFLIGHT_RETRY_SECONDS = 5.0
@@ -69,7 +69,7 @@ class SlurmPreflightOperator(BaseOperator):
 
     def build_request(self, cfg: SlurmConnectionConfig) -> Any:
         # DAG parse: the preflight builders load the Slurm command builders
-        from npa_airflow.slurm.preflight import SLURM_TOOLS, PreflightRequest
+        from npa_airflow.slurm.submit.preflight import SLURM_TOOLS, PreflightRequest
 
         writable = [("results_root", results_root_for(cfg, self.results_root, self.slurm_conn_id))]
         if self.check_sqsh_cache:
@@ -122,7 +122,7 @@ class SlurmPreflightOperator(BaseOperator):
     def _run_checks(self, hook: Any, request: Any, cluster_name: str | None) -> tuple[str, Any]:
         """Run the checks; ask again (up to PREFLIGHT_ATTEMPTS) only while the controller alone did not answer."""
         # DAG parse: the preflight builders load the Slurm command builders
-        from npa_airflow.slurm.preflight import build_preflight_command, parse_preflight
+        from npa_airflow.slurm.submit.preflight import build_preflight_command, parse_preflight
 
         command = build_preflight_command(request, cluster_name)
         budget = Budget(attempts=PREFLIGHT_ATTEMPTS)

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Variable
 
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm import layout
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, fail_task, results_root_for
+from npa_airflow.slurm.submit import layout
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from npa_airflow.slurm.connection import SlurmConnectionConfig
     from npa_airflow.slurm.handle import SlurmJobHandle
+    from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 
 # Defaults, kept literal so a DAG file does not import the builders (equal to probe.DEFAULT_*; a unit test
 # holds them together).
@@ -70,7 +70,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
         **kwargs: Any,
     ) -> None:
         # DAG parse: the probe builders (enroot, templates) load only when an operator is made
-        from npa_airflow.slurm.probe import default_knob_sets, validate_knob_sets
+        from npa_airflow.slurm.submit.probe import default_knob_sets, validate_knob_sets
 
         kwargs.setdefault("poll_interval", 5.0)
         kwargs.setdefault("on_previous_try", "cancel")
@@ -106,13 +106,13 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
     def cache_key(self, context: Context) -> str:
         """The Variable of the working environment for this connection and partition (this try's config)."""
         # DAG parse: the probe builders are run-time only
-        from npa_airflow.slurm.probe import cache_key
+        from npa_airflow.slurm.submit.probe import cache_key
 
         return cache_key(self.slurm_conn_id, self._partition(self.this_try(context).hook.config))
 
     def cached_env(self, context: Context) -> dict[str, str] | None:
         # DAG parse: the probe builders are run-time only
-        from npa_airflow.slurm.probe import decode_cache
+        from npa_airflow.slurm.submit.probe import decode_cache
 
         try:
             return decode_cache(Variable.get(self.cache_key(context), default=None))
@@ -124,14 +124,14 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
 
     def execute(self, context: Context) -> Any:
         # DAG parse: the probe builders are run-time only
-        from npa_airflow.slurm.probe import knobs_label, probe_needed
+        from npa_airflow.slurm.submit.probe import knobs_label, probe_needed
 
         if not probe_needed(self.nodes, self.gpus_per_node):
             self.log.info("No probe needed: %d node(s) x %d GPU(s)", self.nodes, self.gpus_per_node)
             return {}
         if self.image is not None:
             # DAG parse: the image helpers are run-time only
-            from npa_airflow.slurm.images import require_sqsh_image
+            from npa_airflow.slurm.submit.images import require_sqsh_image
 
             require_sqsh_image(self.image)
         if self.use_cache and not self.force_probe:
@@ -148,7 +148,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
     def probe_knob_set(self, context: Context, knob_index: int) -> Any:
         """Submit the probe with knob set `knob_index`; its event goes to `probe_complete` with the index."""
         # DAG parse: the probe builders are run-time only
-        from npa_airflow.slurm.probe import knobs_label
+        from npa_airflow.slurm.submit.probe import knobs_label
 
         self.log.info(
             "Probing with knob set %d/%d: %s",
@@ -175,9 +175,9 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
     ) -> PreparedJob:
         """The probe job with knob set `step["knob_index"]`."""
         # DAG parse: the probe, container and staging builders are run-time only
-        from npa_airflow.slurm.container import merge_mounts
-        from npa_airflow.slurm.probe import ProbeSpec, probe_source, render_probe_script, validate_env
-        from npa_airflow.slurm.staging import StagedFile
+        from npa_airflow.slurm.submit.container import merge_mounts
+        from npa_airflow.slurm.submit.probe import ProbeSpec, probe_source, render_probe_script, validate_env
+        from npa_airflow.slurm.submit.staging import StagedFile
 
         cfg = env.config
         root = results_root_for(cfg, self.results_root, self.slurm_conn_id)
@@ -217,7 +217,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
     ) -> Any:
         """The probe with knob set `knob_index` ended: return its env, try the next set on a hang, or fail."""
         # DAG parse: the probe builders and the trigger module are run-time only
-        from npa_airflow.slurm.probe import classify_probe_event, knobs_label
+        from npa_airflow.slurm.submit.probe import classify_probe_event, knobs_label
         from npa_airflow.slurm.triggers import event_handle, validate_event
 
         event = validate_event(event)
@@ -266,7 +266,7 @@ class SlurmNcclProbeOperator(SlurmJobOperatorBase):
     def _probe_passed(self, context: Context, handle: SlurmJobHandle, knob_index: int) -> dict[str, str]:
         """Cache the working knob set (unless the cache is off) and return it."""
         # DAG parse: the probe builders are run-time only
-        from npa_airflow.slurm.probe import encode_cache, knobs_label
+        from npa_airflow.slurm.submit.probe import encode_cache, knobs_label
 
         self.this_try(context).done = True
         knobs = self.knob_sets[knob_index]

@@ -18,11 +18,11 @@ from npa_airflow.common.previous_try import on_previous_try
 from npa_airflow.common.retry import pause
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
-from npa_airflow.slurm.cancels import CancelRequest
-from npa_airflow.slurm.job_owners import TryNames, describe_foreign, sort_by_owner
 from npa_airflow.slurm.operators.job import PreparedJob, handle_for
 from npa_airflow.slurm.operators.outage import cluster_read
-from npa_airflow.slurm.staging import StagedFile
+from npa_airflow.slurm.submit.job_owners import TryNames, describe_foreign, sort_by_owner
+from npa_airflow.slurm.submit.staging import StagedFile
+from npa_airflow.slurm.transport.cancels import CancelRequest
 
 if TYPE_CHECKING:
     from npa_airflow.common.deployment import Deployment

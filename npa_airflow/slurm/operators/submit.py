@@ -6,17 +6,17 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from npa_airflow.common.secret_env import validate_secret_env
-from npa_airflow.slurm import layout
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, results_root_for
+from npa_airflow.slurm.submit import layout
 
 if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
 
-    from npa_airflow.slurm.connection import SlurmConnectionConfig
     from npa_airflow.slurm.hook import SlurmHook
-    from npa_airflow.slurm.spec import SbatchSpec
+    from npa_airflow.slurm.submit.spec import SbatchSpec
+    from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 
 
 class SlurmSubmitOperator(SlurmJobOperatorBase):
@@ -121,7 +121,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def _check_resources(self) -> None:
         """Fail at DAG parse time for resource values (they are not templated) and for a cluster option."""
-        from npa_airflow.slurm.spec_fields import check_request
+        from npa_airflow.slurm.submit.spec_fields import check_request
 
         check_request(extra_sbatch=self.extra_sbatch, **self._resource_kwargs())
 
@@ -154,7 +154,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def build_spec(self, cfg: SlurmConnectionConfig, job_name: str) -> SbatchSpec:
         """The bound `SbatchSpec` of `job_name` under the connection settings `cfg` (no I/O)."""
-        from npa_airflow.slurm.spec import SbatchSpec
+        from npa_airflow.slurm.submit.spec import SbatchSpec
 
         root = results_root_for(cfg, self.results_root, self.slurm_conn_id)
         results_dir = layout.results_dir(root, job_name)
@@ -182,7 +182,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         return spec.bind(config_path=self.config_path, job_id=job_name, results_dir=results_dir)
 
     def required_inputs(self) -> list[str]:
-        from npa_airflow.slurm.storage_paths import normalize_storage_path
+        from npa_airflow.slurm.submit.storage_paths import normalize_storage_path
 
         return [normalize_storage_path(p, f"inputs[{i}]") for i, p in enumerate(self.inputs)]
 
@@ -190,7 +190,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         """What the job reads besides its results dir: the inputs, and a shared-storage `config_path` unless it is
         inside the results dir (then the job writes it). Each must exist before submission; a container sees each
         at the same path."""
-        from npa_airflow.slurm.storage_paths import STORAGE_SCHEMES, normalize_storage_path
+        from npa_airflow.slurm.submit.storage_paths import STORAGE_SCHEMES, normalize_storage_path
 
         paths = self.required_inputs()
         if self.config_path and self.config_path.startswith(("/", *STORAGE_SCHEMES)):
@@ -201,7 +201,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def render_template_fields(self, context: Context, jinja_env: jinja2.Environment | None = None) -> None:
         super().render_template_fields(context, jinja_env)
-        from npa_airflow.slurm.scripts import render_sbatch
+        from npa_airflow.slurm.submit.scripts import render_sbatch
 
         self.required_inputs()  # reject local/file:// inputs before the task does anything else
         this_try = self.this_try(context)  # its hook reads the connection: once for the whole try
@@ -237,9 +237,9 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
     ) -> PreparedJob:
         import shlex
 
-        from npa_airflow.slurm.fit import mem_mb_of
-        from npa_airflow.slurm.scripts import assert_script_clean, render_sbatch
-        from npa_airflow.slurm.staging import StagedFile
+        from npa_airflow.slurm.submit.fit import mem_mb_of
+        from npa_airflow.slurm.submit.scripts import assert_script_clean, render_sbatch
+        from npa_airflow.slurm.submit.staging import StagedFile
 
         spec = self.spec_for(env.config, job_name, exclude_nodes)
         script = render_sbatch(spec)
@@ -272,7 +272,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def check_prepared_job(self, job: PreparedJob) -> None:
         """`bash -n` on the rendered script: a syntax error fails here, not after queueing."""
-        from npa_airflow.slurm.scripts import bash_syntax_check
+        from npa_airflow.slurm.submit.scripts import bash_syntax_check
 
         bash_syntax_check(job.script)
 

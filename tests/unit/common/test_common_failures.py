@@ -25,7 +25,7 @@ def test_both_backends_word_the_same_evidence():
     from npa_airflow.burst.outcome import classify_burst_failure
     from npa_airflow.common.states import JobState
     from npa_airflow.slurm.commands import SlurmJobInfo
-    from npa_airflow.slurm.failures import classify
+    from npa_airflow.slurm.watch.failures import classify
 
     info = SlurmJobInfo(
         job_id="7", native_state="FAILED", state=JobState.ERROR, exit_code=1, signal=0,

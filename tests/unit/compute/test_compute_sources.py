@@ -42,7 +42,7 @@ def test_a_handle_that_is_not_its_task_s_own_gets_a_row_saying_so_and_reaches_no
     from npa_airflow.common.naming import job_name_for
     from npa_airflow.compute import rows as r
     from npa_airflow.compute.cache import CachedAnswer
-    from npa_airflow.slurm.connection import SlurmConnectionConfig
+    from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 
     def handle(job_id, task="t", **changes):
         name = job_name_for("d", task, "run", -1, 1, deployment=current_deployment())

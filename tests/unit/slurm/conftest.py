@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from npa_airflow.slurm import poller as poller_mod
-from npa_airflow.slurm.poller import reset_pollers
+from npa_airflow.slurm.watch import poller as poller_mod
+from npa_airflow.slurm.watch.poller import reset_pollers
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ import pytest
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import SlurmJobInfo
 from npa_airflow.slurm.convert_trigger import SqshConvertTrigger, qos_memory_hold_reason
-from npa_airflow.slurm.enroot import QOS_MEM_REASONS
-from npa_airflow.slurm.kill_batch import KillBatch
-from npa_airflow.slurm.poller import PollUpdate, Registration
+from npa_airflow.slurm.submit.enroot import QOS_MEM_REASONS
+from npa_airflow.slurm.transport.kill_batch import KillBatch
+from npa_airflow.slurm.watch.poller import PollUpdate, Registration
 from tests.harness.slurm_operator_doubles import sqsh_convert_handle
 
 

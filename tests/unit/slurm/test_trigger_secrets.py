@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.poller import get_poller
+from npa_airflow.slurm.watch.poller import get_poller
 from tests.harness.cluster_double import LocalClusterDouble
 from tests.supervisor_double import install_supervisor, run_for_task_instance
 from tests.unit.slurm.test_triggers import first_event, handle_for, logged_lines, make_trigger, start_watching

@@ -18,13 +18,13 @@ from airflow.models.trigger import Trigger
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.handle import SlurmJobHandle
-from npa_airflow.slurm.poller import get_poller, offsets_file_for, reset_pollers
 from npa_airflow.slurm.triggers import (
     SlurmJobTrigger,
     event_handle,
     make_event_payload,
     validate_event,
 )
+from npa_airflow.slurm.watch.poller import get_poller, offsets_file_for, reset_pollers
 from tests.harness.cluster_double import LocalClusterDouble
 from tests.supervisor_double import install_supervisor, run_for_task_instance
 
@@ -559,7 +559,7 @@ async def test_a_job_merely_missing_while_accounting_is_down_is_never_vanished(t
 
 async def test_the_trigger_records_airflows_cancel_and_retries_an_unanswered_one(tmp_path, double, monkeypatch):
     from npa_airflow.exceptions import NpaRemoteError
-    from npa_airflow.slurm import trigger_cancel
+    from npa_airflow.slurm.watch import trigger_cancel
 
     monkeypatch.setattr(trigger_cancel, "CANCEL_BACKOFF", trigger_cancel.Backoff(base=0.0, cap=0.0, jitter=0.0))
     markers, answers = [], [NpaRemoteError("Unable to contact slurm controller"), "cancelled"]

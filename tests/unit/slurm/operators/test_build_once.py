@@ -13,10 +13,10 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import TaskDeferred
 
 from npa_airflow.slurm.commands import SubmitResult
-from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.operators.bad_nodes import BAD_NODES_KEY
-from npa_airflow.slurm.scripts import render_sbatch
-from npa_airflow.slurm.spec import SbatchSpec
+from npa_airflow.slurm.submit.scripts import render_sbatch
+from npa_airflow.slurm.submit.spec import SbatchSpec
+from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 from tests.harness.slurm_operator_doubles import (
     UNIT_CONFIG,
     HookDouble,

@@ -8,10 +8,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.operators import job as job_module
 from npa_airflow.slurm.operators.job import PreparedJob, fail_task, handle_for, results_root_for
+from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 from tests.harness.slurm_operator_doubles import CFG_WITH_EXTRAS as CFG
 
 

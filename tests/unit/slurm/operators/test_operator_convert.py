@@ -11,9 +11,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.cancels import CancelRequest
-from npa_airflow.slurm.connection import SlurmConnectionConfig
 from npa_airflow.slurm.operators import SlurmSqshConvertOperator
+from npa_airflow.slurm.transport.cancels import CancelRequest
+from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 from tests.harness.slurm_operator_doubles import CFG_WITH_EXTRAS as CFG
 from tests.harness.slurm_operator_doubles import context, sqsh_convert_handle
 

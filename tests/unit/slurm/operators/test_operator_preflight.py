@@ -35,8 +35,8 @@ def test_preflight_asks_again_only_while_the_controller_is_silent(monkeypatch) -
     silent = SimpleNamespace(only_transient=True, failures=[SimpleNamespace(problem="slurmctld did not answer")])
     answered = SimpleNamespace(only_transient=False, failures=[])
     reports = [silent, silent, answered]
-    monkeypatch.setattr("npa_airflow.slurm.preflight.build_preflight_command", lambda request, cluster: "true")
-    monkeypatch.setattr("npa_airflow.slurm.preflight.parse_preflight", lambda text, request: reports.pop(0))
+    monkeypatch.setattr("npa_airflow.slurm.submit.preflight.build_preflight_command", lambda request, cluster: "true")
+    monkeypatch.setattr("npa_airflow.slurm.submit.preflight.parse_preflight", lambda text, request: reports.pop(0))
     ran = SimpleNamespace(returncode=0, text="", host="login1", error_text="")
     hook = SimpleNamespace(run=lambda command, check, timeout: ran)
     op = SlurmPreflightOperator(task_id="p")

@@ -10,8 +10,8 @@ import pytest
 
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.operators import SlurmSubmitOperator
-from npa_airflow.slurm.scripts import render_sbatch
-from npa_airflow.slurm.spec import SbatchSpec
+from npa_airflow.slurm.submit.scripts import render_sbatch
+from npa_airflow.slurm.submit.spec import SbatchSpec
 from tests.harness.slurm_operator_doubles import (
     UNIT_CONFIG,
     HookDouble,
