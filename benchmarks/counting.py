@@ -43,7 +43,7 @@ def classify(argv) -> tuple[str, int]:
         if ".npa-offsets" in argv:
             return "offsets", 0
         _, sep, query = argv.rpartition("; exec ")
-        if sep and query.startswith("sacct "):  # a state query looking for end records (slurm/watch/end_records.py)
+        if sep and query.startswith("sacct "):  # a state query looking for end records (slurm/commands/end_records.py)
             return classify(shlex.split(query))
         return "shell", 0
     name = argv[0]

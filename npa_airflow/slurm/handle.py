@@ -14,11 +14,10 @@ from typing import Any
 from npa_airflow.common.checks import field_mismatch, fullmatch_or_raise
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.watch.end_records import end_record_for
+from npa_airflow.slurm.commands.end_records import end_record_for
+from npa_airflow.slurm.commands.validation import CLUSTER_RE, JOB_ID_RE
 
-# A Slurm job id as sbatch prints it: plain, array task (123_4) or heterogeneous component (123+1).
-JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
-CLUSTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a Slurm cluster name (-M)
+__all__ = ["CLUSTER_RE", "JOB_ID_RE", "SlurmJobHandle"]
 _HOST_RE = re.compile(r"[A-Za-z0-9_.:\[\]-]{1,255}")
 _CONN_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,250}")
 
@@ -52,7 +51,7 @@ class SlurmJobHandle:
 
     @property
     def end_record(self) -> str | None:
-        """Where the job's batch script writes its end record (`npa_airflow.slurm.watch.end_records`)."""
+        """Where the job's batch script writes its end record (`npa_airflow.slurm.commands.end_records`)."""
         return end_record_for(self.results_dir)
 
     def __post_init__(self) -> None:

@@ -18,11 +18,11 @@ from npa_airflow.common.secret_env import amask_secret_env, validate_secret_env
 from npa_airflow.common.secret_masking import redact_text
 from npa_airflow.common.states import JobState
 from npa_airflow.common.trigger_rows import as_trigger_row
+from npa_airflow.slurm.commands import without_accounting
+from npa_airflow.slurm.commands.offsets import claim_file_for, offsets_file_for
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.submit.fit import never_clearing_reason
-from npa_airflow.slurm.watch import without_accounting
-from npa_airflow.slurm.watch.log_lines import LineSplitter
-from npa_airflow.slurm.watch.offsets import claim_file_for, offsets_file_for
+from npa_airflow.slurm.watch.log_lines import LogFileLines
 from npa_airflow.slurm.watch.poller import PollUpdate, Registration, SlurmPoller, get_poller
 from npa_airflow.slurm.watch.trigger_cancel import SlurmTriggerCancels
 
@@ -49,7 +49,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
     :param deadline: epoch seconds after which the trigger fires a "deadline" event (the operator cancels).
     :param require_marker: for COMPLETED, also require this file (relative to the results dir, or absolute).
     :param log_offsets: ignored; accepted so trigger rows serialised by earlier versions (which carried it)
-        still deserialise. The offsets live next to the job's stdout (`npa_airflow.slurm.watch.offsets`).
+        still deserialise. The offsets live next to the job's stdout (`npa_airflow.slurm.commands.offsets`).
     :param stream_logs: write the job's stdout/stderr to the task log as it appears.
     :param cancel_on_kill: scancel the job when a user kills the deferred task.
     :param secret_env: the job's `secret_env` references ({ENV_NAME: "var:NAME" | "conn:ID[:field]"}, never
@@ -177,7 +177,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         warm_task_reads(getattr(self, "task_instance", None))
         reg = self._registration = self._register(poller, [p for _, p in paths])
         labels = {p: label for label, p in paths}
-        splitters: dict[str, LineSplitter] = {}
+        splitters: dict[str, LogFileLines] = {}
         self.log.info("Waiting for Slurm job %s (%s)", self.job_id, self.handle.job_name)
         try:
             while True:
@@ -209,7 +209,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         )
 
     async def _event_for(
-        self, update: PollUpdate, reg: Registration, labels: dict[str, str], splitters: dict[str, LineSplitter]
+        self, update: PollUpdate, reg: Registration, labels: dict[str, str], splitters: dict[str, LogFileLines]
     ) -> dict[str, Any] | None:
         """The event `update` ends the wait with; None while the wait goes on."""
         self._note_problem(update.error)
@@ -297,20 +297,20 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         update: PollUpdate,
         reg: Registration,
         labels: dict[str, str],
-        splitters: dict[str, LineSplitter],
+        splitters: dict[str, LogFileLines],
     ) -> None:
         for chunk in update.chunks:
             if not chunk.data:
                 continue
             splitter = splitters.get(chunk.path)
             if splitter is None:
-                splitter = splitters[chunk.path] = LineSplitter(chunk.offset - len(chunk.data))
+                splitter = splitters[chunk.path] = LogFileLines(chunk.offset - len(chunk.data))
             for line in splitter.feed(chunk.data, chunk.offset):
                 self._log_line(labels.get(chunk.path, "stdout"), line)
             reg.commit(chunk.path, splitter.committed)
         self.log_offsets = {c.path: c.committed for c in reg.cursors}
 
-    def _flush_logs(self, reg: Registration, labels: dict[str, str], splitters: dict[str, LineSplitter]) -> None:
+    def _flush_logs(self, reg: Registration, labels: dict[str, str], splitters: dict[str, LogFileLines]) -> None:
         """The job ended and its logs are read to the end: write each file's partial last line too."""
         for path, splitter in splitters.items():
             for line in splitter.flush():

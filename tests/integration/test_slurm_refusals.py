@@ -117,7 +117,7 @@ def test_a_job_pending_on_a_never_clearing_reason_fails_fast_and_is_cancelled(sl
 def test_the_task_log_says_why_a_job_is_pending(slurm_cluster, cluster_ssh):
     """A held job: the trigger's PENDING line carries slurmctld's reason (24.11's sacct has none, 22.05's is
     often None too), and only one squeue per cycle asks about it."""
-    from npa_airflow.slurm.hook import SlurmHook
+    from npa_airflow.slurm.transport.async_hook import AsyncSlurmHook  # the hook of the poller's channel
     from tests.harness.airflow_tasks import collecting_logger, submit_deferred
 
     reset_pollers()
@@ -126,7 +126,7 @@ def test_the_task_log_says_why_a_job_is_pending(slurm_cluster, cluster_ssh):
     trigger._log, collected = collecting_logger("held")
     job_id = trigger.handle.job_id
     commands: list[str] = []
-    arun = SlurmHook.arun
+    arun = AsyncSlurmHook.arun
 
     async def counting(self, argv, **kwargs):
         commands.append(argv if isinstance(argv, str) else " ".join(argv))
@@ -144,11 +144,11 @@ def test_the_task_log_says_why_a_job_is_pending(slurm_cluster, cluster_ssh):
         await asyncio.gather(waiting, return_exceptions=True)
         await events.aclose()
 
-    SlurmHook.arun = counting  # type: ignore[method-assign]
+    AsyncSlurmHook.arun = counting  # type: ignore[method-assign]
     try:
         asyncio.run(until_reason())
     finally:
-        SlurmHook.arun = arun  # type: ignore[method-assign]
+        AsyncSlurmHook.arun = arun  # type: ignore[method-assign]
         cluster_ssh(f"scancel {job_id}")
     assert f"Slurm job {job_id} is PENDING (PENDING, reason JobHeldUser)" in collected.lines
     if not slurm_cluster.accounting:  # no sacct after the one that taught the hook: one squeue per cycle

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from npa_airflow.slurm.hook import SlurmHook
+from npa_airflow.slurm.transport.async_hook import AsyncSlurmHook
 from npa_airflow.slurm.transport.cancels import cancel_marker_of
 from npa_airflow.slurm.watch.poller import reset_pollers
 from tests.harness.airflow_tasks import collecting_logger, submit_deferred, task_context
@@ -30,14 +31,15 @@ class Commands:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent: list[str] = []
-        original = SlurmHook.arun
+        # The base class: the operator's SlurmHook and the channel's AsyncSlurmHook (the poller's, the kill batch's).
+        original = AsyncSlurmHook.arun
         sent = self.sent
 
-        async def arun(hook: SlurmHook, argv: Any, **kwargs: Any) -> Any:
+        async def arun(hook: AsyncSlurmHook, argv: Any, **kwargs: Any) -> Any:
             sent.append(argv if isinstance(argv, str) else " ".join(argv))
             return await original(hook, argv, **kwargs)
 
-        monkeypatch.setattr(SlurmHook, "arun", arun)
+        monkeypatch.setattr(AsyncSlurmHook, "arun", arun)
 
     def sacct(self) -> list[str]:
         return [c for c in self.sent if "sacct " in c]
@@ -200,7 +202,7 @@ def test_cancel_of_a_job_slurmctld_forgot_is_told_by_its_end_record(slurm_cluste
     """A cancel that comes after the job ended and slurmctld forgot it: ENDED where its script wrote its end
     record; refused (never "cancelled") where it left none, since no accounting can tell."""
     from npa_airflow.exceptions import NpaCancelFailed
-    from npa_airflow.slurm.watch.end_records import end_record_for
+    from npa_airflow.slurm.commands.end_records import end_record_for
 
     done = submit_deferred(make_operator(command="true"), task_context(f"npa_itest_noacct_cx_{uuid.uuid4().hex[:6]}"))
     handle = done.handle.to_dict()

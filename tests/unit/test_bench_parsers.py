@@ -237,7 +237,7 @@ def test_task_and_trigger_log_times(tmp_path):
 def test_a_state_query_that_looks_for_end_records_still_counts_as_its_sacct():
     from benchmarks.counting import classify
     from npa_airflow.slurm.commands import build_sacct_states, build_squeue_states
-    from npa_airflow.slurm.watch.end_records import with_end_records
+    from npa_airflow.slurm.commands.end_records import with_end_records
 
     assert classify(with_end_records(build_sacct_states(["1", "2", "3"]), ["/r/a b/child_exit_code"])) == ("sacct", 3)
     assert classify(build_squeue_states(["7"])) == ("squeue", 1)

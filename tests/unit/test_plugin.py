@@ -73,7 +73,7 @@ def handle(job_id: str = "7", **changes) -> dict:
 @pytest.fixture
 def slurm_side(monkeypatch):
     """The serialized task names connection slurm_unitp; cancels are recorded instead of sent."""
-    from npa_airflow.slurm.hook import SlurmHook
+    from npa_airflow.slurm.transport.async_hook import AsyncSlurmHook  # the hook of the cluster's channel
 
     monkeypatch.setenv("AIRFLOW_CONN_SLURM_UNITP", json.dumps(CONN))
     monkeypatch.setattr(trusted_jobs, "task_settings", lambda version, task, attr: TaskSettings("slurm_unitp"))
@@ -84,7 +84,7 @@ def slurm_side(monkeypatch):
         await asyncio.sleep(0.05)  # a round trip
         return dict.fromkeys(requests, "cancelled")
 
-    monkeypatch.setattr(SlurmHook, "acancel_many", acancel_many)
+    monkeypatch.setattr(AsyncSlurmHook, "acancel_many", acancel_many)
     return sent
 
 

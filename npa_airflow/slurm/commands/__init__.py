@@ -3,6 +3,8 @@
 No I/O here: the hook runs what :mod:`.builders` builds and reads the output with the parsers: :mod:`.parsers`
 (jobs), :mod:`.cluster_parsers` (nodes, partitions) and :mod:`.frame_parsers` (log tails, batched commands).
 This package re-exports all of them, so callers write ``commands.build_sacct_states`` and ``commands.parse_sacct``.
+What the answers mean sits beside them: :mod:`.states` (native states), :mod:`.end_records` (a job's own record of
+its end), :mod:`.without_accounting` (states without sacct), :mod:`.offsets` (the files a log tail resumes from).
 """
 
 from npa_airflow.slurm.commands.builders import (

@@ -14,9 +14,8 @@ from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaParseError
 from npa_airflow.slurm.commands import records
 from npa_airflow.slurm.commands.output_text import data_lines, key_value, none_if, quote_output
-from npa_airflow.slurm.commands.validation import CLUSTER_RE
-from npa_airflow.slurm.handle import JOB_ID_RE
-from npa_airflow.slurm.watch.states import REQUEUE_CANDIDATE_STATES, interpret_native_state, normalize_native_state
+from npa_airflow.slurm.commands.states import REQUEUE_CANDIDATE_STATES, interpret_native_state, normalize_native_state
+from npa_airflow.slurm.commands.validation import CLUSTER_RE, JOB_ID_RE
 
 
 def parse_sbatch_submit(stdout: str) -> records.SubmitResult:

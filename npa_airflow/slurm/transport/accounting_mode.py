@@ -4,7 +4,7 @@ Mixed into `AsyncSlurmHook`.
 A cluster without slurmdbd answers every sacct with "Slurm accounting storage is disabled". The hook learns that
 from the first sacct it runs on a connection (as it learns whether squeue has ``--only-job-state``) and runs no
 sacct after it: job states come from slurmctld and each job's end record
-(:mod:`npa_airflow.slurm.watch.without_accounting`).
+(:mod:`npa_airflow.slurm.commands.without_accounting`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from npa_airflow.common.remote_errors import sacct_accounting_disabled
 from npa_airflow.exceptions import NpaRemoteError
 from npa_airflow.slurm import commands
+from npa_airflow.slurm.commands import without_accounting
+from npa_airflow.slurm.commands.end_records import split_end_record_codes, with_end_record_codes
 from npa_airflow.slurm.transport.ssh import loop_pool
-from npa_airflow.slurm.watch import without_accounting
-from npa_airflow.slurm.watch.end_records import split_end_record_codes, with_end_record_codes
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
@@ -45,7 +45,7 @@ class AccountingMode:
         """Learn from one sacct answer whether the cluster keeps accounting; True when it says there is none.
 
         From then on this connection runs no sacct: job states come from slurmctld and the jobs' end records
-        (:mod:`npa_airflow.slurm.watch.without_accounting`)."""
+        (:mod:`npa_airflow.slurm.commands.without_accounting`)."""
         if sacct.returncode == 0:
             loop_pool().accounting[(await self.aconfig()).pool_key] = True
             return False

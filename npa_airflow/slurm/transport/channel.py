@@ -18,7 +18,7 @@ from typing import Any
 
 from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.per_loop import PerLoop
-from npa_airflow.slurm.hook import SlurmHook
+from npa_airflow.slurm.transport.async_hook import AsyncSlurmHook
 from npa_airflow.slurm.transport.kill_batch import KillBatch
 
 __all__ = ["ClusterChannel", "get_channel", "reset_channels"]
@@ -50,7 +50,7 @@ class ClusterChannel:
 
 
 def _default_hook_factory(conn_id: str, cluster: str | None = None) -> Any:
-    return SlurmHook(slurm_conn_id=conn_id, cluster=cluster)
+    return AsyncSlurmHook(slurm_conn_id=conn_id, cluster=cluster)
 
 
 _CHANNELS: PerLoop[tuple[str, str | None], ClusterChannel] = PerLoop()  # (connection id, cluster)

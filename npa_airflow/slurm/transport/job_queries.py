@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from npa_airflow.common.remote_errors import squeue_job_id_unknown
 from npa_airflow.exceptions import NpaRemoteError
 from npa_airflow.slurm import commands
+from npa_airflow.slurm.commands.end_records import ended_before_accounting, split_end_records, with_end_records
 from npa_airflow.slurm.transport.ssh import loop_pool
-from npa_airflow.slurm.watch.end_records import ended_before_accounting, split_end_records, with_end_records
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
@@ -72,7 +72,7 @@ class JobQueries:
         With sacct unanswered (slurmdbd down), a job missing from squeue may simply have ended: not absent.
         `end_records` ({job id: path} of jobs not seen ended) are looked for in the sacct command; a job whose
         record exists while sacct says it pends or runs joins the squeue, which settles it as COMPLETED before
-        accounting does (npa_airflow.slurm.watch.end_records). The other ids sacct cannot settle (unknown to it, or
+        accounting does (npa_airflow.slurm.commands.end_records). The other ids sacct cannot settle (unknown to it, or
         ended in a state Slurm requeues from) get a second squeue after it: a pure state check, with
         ``--only-job-state`` where the login host's squeue has it (learnt once per connection). At most one sacct
         and two squeues.

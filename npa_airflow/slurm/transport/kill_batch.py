@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.exceptions import NpaRemoteError
+from npa_airflow.slurm.commands.offsets import build_read_claims, parse_read_claims
 from npa_airflow.slurm.transport.cancels import CancelRequest
-from npa_airflow.slurm.watch.offsets import build_read_claims, parse_read_claims
 
 if TYPE_CHECKING:
     from npa_airflow.common.ownership import Claim

@@ -1,2 +1,2 @@
-"""A submitted Slurm job followed to its end: the per-cluster poller, log tails and offsets, the trigger's cancels and
-events, native states, states without accounting, failure classification."""
+"""A submitted Slurm job followed to its end: the per-cluster poller, log tails, the trigger's cancels and events,
+failure classification."""

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from npa_airflow.common.failures import MAX_EVIDENCE_LINES, FailureVerdict, evidence_parts, infra_lines
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import SlurmJobInfo
-from npa_airflow.slurm.watch.states import INFRA_NATIVE_STATES
+from npa_airflow.slurm.commands.states import INFRA_NATIVE_STATES
 
 MAX_HOSTLIST = 4096
 

@@ -34,6 +34,3 @@ class LogFileLines:
 
 def _text(line: bytes) -> str:
     return line.rstrip(b"\r").decode("utf-8", errors="replace")
-
-
-LineSplitter = LogFileLines  # the name slurm/triggers.py still imports; LogFileLines once it imports that

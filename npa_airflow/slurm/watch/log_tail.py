@@ -4,7 +4,7 @@ read cursor, within a byte budget for the whole cycle.
 
 A mixin of :class:`npa_airflow.slurm.watch.poller.SlurmPoller` (it shares the poller's hook, stats and the
 bookkeeping of :mod:`npa_airflow.slurm.watch.poll_bookkeeping`); the shell is built in
-:mod:`npa_airflow.slurm.watch.offsets` and :mod:`npa_airflow.slurm.commands`.
+:mod:`npa_airflow.slurm.commands.offsets` and :mod:`npa_airflow.slurm.commands`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.slurm.commands import build_shred_files, build_tail_logs, parse_tail_logs
-from npa_airflow.slurm.watch.offsets import build_commit_offsets, build_read_claims, parse_read_claims
+from npa_airflow.slurm.commands.offsets import build_commit_offsets, build_read_claims, parse_read_claims
 from npa_airflow.slurm.watch.poll_bookkeeping import describe_error
 
 if TYPE_CHECKING:

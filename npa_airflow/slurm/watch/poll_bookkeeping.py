@@ -2,7 +2,7 @@
 secret files of ended jobs (shredded in the poller's tail command).
 
 A mixin of :class:`npa_airflow.slurm.watch.poller.SlurmPoller` (it shares the poller's hook, registrations and stats);
-the shell it runs is built in :mod:`npa_airflow.slurm.watch.offsets`.
+the shell it runs is built in :mod:`npa_airflow.slurm.commands.offsets`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common.retry import apause
-from npa_airflow.slurm.watch.offsets import (
+from npa_airflow.slurm.commands.offsets import (
     build_commit_offsets,
     build_read_offsets,
     build_write_claims,

@@ -87,7 +87,7 @@ class Registration:
     shred_on_end: tuple[str, ...] = ()  # the job's secret files: removed once it has ended for good
     shredded: bool = False
     shred_attempts: int = 0
-    end_record: str | None = None  # the file the job's script writes last (npa_airflow.slurm.watch.end_records)
+    end_record: str | None = None  # the file the job's script writes last (npa_airflow.slurm.commands.end_records)
     end_confirmations: int = 0  # squeue asks made because the end record existed while sacct had no end
     end_next_ask: float = 0.0  # monotonic time before which an unconfirmed end record is not asked about again
 

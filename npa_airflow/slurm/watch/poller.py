@@ -31,16 +31,8 @@ from typing import TYPE_CHECKING, Any
 from npa_airflow.common.per_loop import PerLoop
 from npa_airflow.common.retry import Backoff, apause
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.transport.channel import ClusterChannel, get_channel, reset_channels
-from npa_airflow.slurm.watch.end_records import END_ASK_BACKOFF
-from npa_airflow.slurm.watch.log_tail import (
-    TAIL_FILE_MAX_BYTES,
-    TAIL_FILE_MIN_BYTES,
-    TAIL_TOTAL_BYTES,
-    LogTailing,
-    tail_budget,
-)
-from npa_airflow.slurm.watch.offsets import (
+from npa_airflow.slurm.commands.end_records import END_ASK_BACKOFF
+from npa_airflow.slurm.commands.offsets import (
     CLAIM_SUFFIX,
     OFFSETS_SUFFIX,
     build_commit_offsets,
@@ -51,6 +43,14 @@ from npa_airflow.slurm.watch.offsets import (
     offsets_file_for,
     parse_read_claims,
     parse_read_offsets,
+)
+from npa_airflow.slurm.transport.channel import ClusterChannel, get_channel, reset_channels
+from npa_airflow.slurm.watch.log_tail import (
+    TAIL_FILE_MAX_BYTES,
+    TAIL_FILE_MIN_BYTES,
+    TAIL_TOTAL_BYTES,
+    LogTailing,
+    tail_budget,
 )
 from npa_airflow.slurm.watch.poll_bookkeeping import MAX_SHRED_ATTEMPTS, OffsetBookkeeping, describe_error
 from npa_airflow.slurm.watch.poll_records import (
@@ -152,7 +152,7 @@ class SlurmPoller(LogTailing, OffsetBookkeeping):
         """Watch `job_id`; tail each (path, offset). With `offsets_file`, resume from its persisted offsets;
         with `claim` and `claim_file`, claim the job for this trigger (see the module docstring); `shred_on_end`
         files are shredded in the first command after the job is seen ended; `end_record`, the file the job's
-        script writes last, lets its end be seen before accounting has it (npa_airflow.slurm.watch.end_records)."""
+        script writes last, lets its end be seen before accounting has it (npa_airflow.slurm.commands.end_records)."""
         cursors: list[LogCursor] = []
         for path, offset in log_offsets:
             if path and all(c.path != path for c in cursors):

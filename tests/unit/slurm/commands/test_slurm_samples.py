@@ -13,7 +13,7 @@ from npa_airflow.common.remote_errors import scancel_nothing_to_cancel, squeue_j
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaParseError
 from npa_airflow.slurm import commands as c
-from npa_airflow.slurm.watch.states import interpret_native_state
+from npa_airflow.slurm.commands.states import interpret_native_state
 
 SAMPLES = Path(__file__).parents[1] / "samples"
 VERSIONS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and re.fullmatch(r"\d+\.\d+", p.name))

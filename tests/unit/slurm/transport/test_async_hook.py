@@ -17,12 +17,7 @@ import pytest
 
 from npa_airflow.common.ownership import Claim
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
-from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.submit.preflight import PreflightRequest, build_preflight_command
-from npa_airflow.slurm.submit.staging import SBATCH_BEGIN, StagedFile
-from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
-from npa_airflow.slurm.transport.ssh import MAX_COMMAND_BYTES, SCRIPT_ON_STDIN, login_shell_command
-from npa_airflow.slurm.watch.offsets import (
+from npa_airflow.slurm.commands.offsets import (
     build_commit_offsets,
     build_read_claims,
     build_read_offsets,
@@ -30,6 +25,11 @@ from npa_airflow.slurm.watch.offsets import (
     parse_read_claims,
     parse_read_offsets,
 )
+from npa_airflow.slurm.hook import SlurmHook
+from npa_airflow.slurm.submit.preflight import PreflightRequest, build_preflight_command
+from npa_airflow.slurm.submit.staging import SBATCH_BEGIN, StagedFile
+from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
+from npa_airflow.slurm.transport.ssh import MAX_COMMAND_BYTES, SCRIPT_ON_STDIN, login_shell_command
 
 CONFIG = SlurmConnectionConfig(conn_id="slurm_x", hosts=(("127.0.0.1", 1),), user="npa")
 

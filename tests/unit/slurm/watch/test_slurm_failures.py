@@ -6,8 +6,8 @@ import pytest
 
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import SlurmJobInfo
+from npa_airflow.slurm.commands.states import interpret_native_state
 from npa_airflow.slurm.watch.failures import FailureVerdict, classify, expand_hostlist, validate_exclusions
-from npa_airflow.slurm.watch.states import interpret_native_state
 
 
 def info(native: str = "FAILED", nodes: str | None = "g[1-2]", exit_code: int | None = 1) -> SlurmJobInfo:

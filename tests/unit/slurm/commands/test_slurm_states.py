@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.watch.states import NATIVE_STATE_TABLE, interpret_native_state, normalize_native_state
+from npa_airflow.slurm.commands.states import NATIVE_STATE_TABLE, interpret_native_state, normalize_native_state
 
 
 @pytest.mark.parametrize(

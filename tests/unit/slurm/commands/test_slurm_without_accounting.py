@@ -18,11 +18,11 @@ from npa_airflow.common.remote_errors import sacct_accounting_disabled
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaCancelFailed
 from npa_airflow.slurm import commands
+from npa_airflow.slurm.commands.end_records import split_end_record_codes, with_end_record_codes
+from npa_airflow.slurm.commands.without_accounting import gone_without_record, needs_scontrol, settle
 from npa_airflow.slurm.submit.preflight import PreflightRequest, build_preflight_command, parse_preflight
 from npa_airflow.slurm.transport.cancels import ENDED
 from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
-from npa_airflow.slurm.watch.end_records import split_end_record_codes, with_end_record_codes
-from npa_airflow.slurm.watch.without_accounting import gone_without_record, needs_scontrol, settle
 from tests.harness.scripted_slurm_tools import ScriptedSlurmTools
 
 SAMPLES = Path(__file__).parents[1] / "samples" / "22.05-noacct"

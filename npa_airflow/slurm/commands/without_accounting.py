@@ -3,7 +3,7 @@
 There, slurmctld is the only one who knows a job's state, and only while it keeps the job: ``squeue -t all``
 shows an ended job until MinJobAge (300 s by default) has passed, then forgets it. The exit code of an ended job
 is in ``scontrol show job`` meanwhile, and in the job's own end record (its batch script's last write, the exit
-code of its program, `npa_airflow.slurm.watch.end_records`) for good. So:
+code of its program, `npa_airflow.slurm.commands.end_records`) for good. So:
 - a job squeue shows: its state; an ended one's exit code from its end record, else from scontrol;
 - a job squeue no longer shows, with an end record: exit code 0 is COMPLETED, any other FAILED with that code;
 - a job squeue no longer shows, without one: it ended before its script finished (cancelled, timed out, a node

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from npa_airflow.common.ownership import Claim
-from npa_airflow.slurm.watch.offsets import (
+from npa_airflow.slurm.commands.offsets import (
     build_commit_offsets,
     build_read_claims,
     build_read_offsets,
