@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from npa_airflow.slurm.handle import SlurmJobHandle
     from npa_airflow.slurm.hook import SlurmHook
     from npa_airflow.slurm.operators.cancel import Cancelling
+    from npa_airflow.slurm.operators.submission import Submission
 
 DEFAULT_PENDING_ALLOWANCE = timedelta(hours=24)
 
@@ -142,15 +143,11 @@ class SlurmJobOperatorBase(BaseOperator):
         return JobEnvironment(config=hook.config)
 
     def check_prepared_job(self, job: PreparedJob) -> None:
-        """Local checks of a prepared job that need I/O (e.g. `bash -n`); none by default."""
+        """Local checks of a prepared job (subclasses add theirs, e.g. `bash -n`): the script fits one command."""
+        # DAG parse: the script builders are run-time only
+        from npa_airflow.slurm.submit.scripts import check_script_size
 
-    def check_on_cluster(self, hook: SlurmHook, job: PreparedJob) -> None:
-        """Read-only checks before anything is written: the inputs exist, the partition exists, allows the wall
-        time and can ever hold the request (nodes, GPUs and memory per node)."""
-        # DAG parse: the cluster checks load the Slurm command builders
-        from npa_airflow.slurm.operators.cluster_checks import check_on_cluster
-
-        check_on_cluster(hook, job, self.slurm_conn_id, self.log)
+        check_script_size(job.script)
 
     def cluster_read(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a read-only hook call through a short outage (better than burning a retry)."""
@@ -244,10 +241,14 @@ class SlurmJobOperatorBase(BaseOperator):
         next_method: str = "execute_complete",
         next_kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`."""
-        # DAG parse: the failure rules and the script builders are run-time only
+        """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`.
+
+        What the operator decides about the job (its script, checks, wait allowance, submission) comes first; then
+        the job goes out, once each, to the cluster checks, the submission and the trigger."""
+        # DAG parse: the failure rules, the submission and the cluster checks load the Slurm command builders
         from npa_airflow.slurm.operators.bad_nodes import validated_exclusions
-        from npa_airflow.slurm.submit.scripts import check_script_size
+        from npa_airflow.slurm.operators.cluster_checks import check_on_cluster
+        from npa_airflow.slurm.operators.submission import Submission
 
         this = self.this_try(context)
         hook = this.hook
@@ -256,12 +257,23 @@ class SlurmJobOperatorBase(BaseOperator):
         step = dict(step or {})
         job = self.prepare_job(job_name, exclude, env, step)
         job = replace(job, owner_comment=self.owner_comment(context, job_name))
-        check_script_size(job.script)
-        self.check_prepared_job(job)
         self._show_submitted(job)
-        self.check_on_cluster(hook, job)
+        allowance = self._wait_allowance(job)
+        self.check_prepared_job(job)
+        submission = Submission.for_step(
+            hook,
+            job,
+            self.log,
+            self.cancelling(this),
+            identity=self.ti_identity(context),
+            deployment=self.deployment(),
+            conn_id=self.slurm_conn_id,
+            on_previous_try=self.on_previous_try,
+            prepare_named=lambda name: self.prepare_job(name, (), env, step),
+        )
+        check_on_cluster(hook, job, self.slurm_conn_id, self.log)
         this.handle, this.job = None, job  # on_kill cancels by this job's name until its id is known
-        handle = self._adopt_or_submit(context, hook, job, lambda name: self.prepare_job(name, (), env, step))
+        handle = self._adopt_or_submit(context, submission)
         this.handle = handle
         self.cancelling(this).stop_if_killed(hook, handle)
         context["ti"].xcom_push(key=xcom_keys.SLURM_JOB, value=handle.to_dict())
@@ -269,7 +281,8 @@ class SlurmJobOperatorBase(BaseOperator):
         self.log.info(
             "Slurm job %s (%s) on %s; stdout %s", handle.job_id, handle.job_name, handle.login_host, handle.stdout_path
         )
-        trigger = self._trigger(handle, self._deadline(handle, job))
+        # An adopted job keeps its first submission time: the deadline counts from there.
+        trigger = self._trigger(handle, (handle.submitted_at or time.time()) + allowance)
         if self.deferrable:
             self.defer(
                 trigger=trigger, method_name=next_method, kwargs=next_kwargs, timeout=self._defer_timeout(trigger)
@@ -277,38 +290,20 @@ class SlurmJobOperatorBase(BaseOperator):
         trigger.use_resolved_secrets(env.secrets.values())
         return getattr(self, next_method)(context, self._wait_here(trigger), **(next_kwargs or {}))
 
-    def _adopt_or_submit(
-        self, context: Context, hook: SlurmHook, job: PreparedJob, prepare_named: Callable[[str], PreparedJob]
-    ) -> SlurmJobHandle:
-        """The job of this step: an earlier try's or this try's found by name, else a new one (`Submission`)."""
-        # DAG parse: the submission loads the Slurm command builders
-        from npa_airflow.slurm.operators.submission import Submission, try_names
-
-        identity = self.ti_identity(context)
-        deployment = self.deployment()
-        return Submission(
-            hook,
-            try_names(identity, job.job_name, deployment),
-            job,
-            self.log,
-            self.cancelling(self.this_try(context)),
-            conn_id=self.slurm_conn_id,
-            try_number=identity[4],
-            deployment=deployment,
-            on_previous_try=self.on_previous_try,
-            prepare_named=prepare_named,
-        ).run()
+    def _adopt_or_submit(self, context: Context, submission: Submission) -> SlurmJobHandle:
+        """The job of this step: an earlier try's or this try's found by name, else a new one."""
+        return submission.run()
 
     def _show_submitted(self, job: PreparedJob) -> None:
         """Hook for subclasses that expose the final script as a template field."""
 
-    def _deadline(self, handle: SlurmJobHandle, job: PreparedJob) -> float:
-        start = handle.submitted_at or time.time()
+    def _wait_allowance(self, job: PreparedJob) -> float:
+        """Seconds from the job's submission to the trigger's deadline."""
         if self.max_wait is not None:
-            return start + self.max_wait.total_seconds()
+            return self.max_wait.total_seconds()
         if self.execution_timeout is not None:
-            return start + self.execution_timeout.total_seconds()
-        return start + (job.wall_seconds or 0) + DEFAULT_PENDING_ALLOWANCE.total_seconds()
+            return self.execution_timeout.total_seconds()
+        return (job.wall_seconds or 0) + DEFAULT_PENDING_ALLOWANCE.total_seconds()
 
     @staticmethod
     def _defer_timeout(trigger: Any) -> timedelta | None:

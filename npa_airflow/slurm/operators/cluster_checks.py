@@ -4,12 +4,11 @@ partition exists, allows the wall time and can ever hold the request (nodes, GPU
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.operators.outage import cluster_read
-from npa_airflow.slurm.submit.fit import Request, misfit
+from npa_airflow.slurm.submit.fit import Request, refuse_misfit
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.hook import SlurmHook
@@ -43,7 +42,8 @@ def check_on_cluster(hook: SlurmHook, job: PreparedJob, conn_id: str, log: loggi
                 "(MaxTime); lower time_hours or choose a partition whose MaxTime allows it"
             )
     if nodes is not None:
-        check_fit(job, [partitions[p] for p in name.split(",")], nodes, conn_id)
+        request = Request(nodes=job.nodes or 1, gpus_per_node=job.gpus_per_node, mem_mb=job.mem_mb)
+        refuse_misfit(request, [partitions[p] for p in name.split(",")], nodes, conn_id)
 
 
 def check_inputs(hook: SlurmHook, job: PreparedJob, log: logging.Logger) -> None:
@@ -56,15 +56,4 @@ def check_inputs(hook: SlurmHook, job: PreparedJob, log: logging.Logger) -> None
             f"required inputs do not exist on the cluster (checked with test -e): {', '.join(missing)}. Stage "
             "the data on shared storage (e.g. Lustre) first, or correct the paths; nothing was written or "
             "submitted."
-        )
-
-
-def check_fit(job: PreparedJob, partitions: Sequence[Any], nodes: dict[str, Any], conn_id: str) -> None:
-    """Refuse a request no partition of the job can ever run (it would pend until its deadline)."""
-    request = Request(nodes=job.nodes or 1, gpus_per_node=job.gpus_per_node, mem_mb=job.mem_mb)
-    reasons = [misfit(request, part, nodes) for part in partitions]
-    if all(reasons):
-        raise NpaValidationError(
-            f"this job can never start on the cluster of connection {conn_id!r}: "
-            f"{'; '.join(r for r in reasons if r)}. Nothing was submitted."
         )

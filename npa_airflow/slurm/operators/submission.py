@@ -69,6 +69,34 @@ class Submission:
     on_previous_try: str
     prepare_named: Callable[[str], PreparedJob]
 
+    @classmethod
+    def for_step(
+        cls,
+        hook: SlurmHook,
+        job: PreparedJob,
+        log: logging.Logger,
+        cancelling: Cancelling,
+        *,
+        identity: tuple[str, str, str, int | None, int],
+        deployment: Deployment,
+        conn_id: str,
+        on_previous_try: str,
+        prepare_named: Callable[[str], PreparedJob],
+    ) -> Submission:
+        """The submission of `job` by the task-instance try `identity` (dag, task, run, map index, try)."""
+        return cls(
+            hook,
+            try_names(identity, job.job_name, deployment),
+            job,
+            log,
+            cancelling,
+            conn_id=conn_id,
+            try_number=identity[4],
+            deployment=deployment,
+            on_previous_try=on_previous_try,
+            prepare_named=prepare_named,
+        )
+
     def run(self) -> SlurmJobHandle:
         """The handle of the job this step waits for: this try's own, an earlier try's, or a new one."""
         hook, job, names = self.hook, self.job, self.names

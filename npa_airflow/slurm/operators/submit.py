@@ -274,6 +274,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         """`bash -n` on the rendered script: a syntax error fails here, not after queueing."""
         from npa_airflow.slurm.submit.scripts import bash_syntax_check
 
+        super().check_prepared_job(job)
         bash_syntax_check(job.script)
 
     def _show_submitted(self, job: PreparedJob) -> None:

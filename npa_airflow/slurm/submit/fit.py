@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.commands.records import NodeInfo, PartitionInfo
 
 # Pending reasons that waiting never clears: only changing the request (or the cluster's configuration) does.
@@ -90,3 +91,15 @@ def misfit(request: Request, partition: PartitionInfo, nodes: Mapping[str, NodeI
         f"(at most {most_gpus} GPU(s) per node (Gres), at most {max(memories, default=0)} MB (RealMemory)); "
         "lower gpus_per_node / --mem / nodes or choose another partition"
     )
+
+
+def refuse_misfit(
+    request: Request, partitions: Sequence[PartitionInfo], nodes: Mapping[str, NodeInfo], conn_id: str
+) -> None:
+    """Refuse a request no partition of the job can ever run (it would pend until its deadline)."""
+    reasons = [misfit(request, part, nodes) for part in partitions]
+    if all(reasons):
+        raise NpaValidationError(
+            f"this job can never start on the cluster of connection {conn_id!r}: "
+            f"{'; '.join(r for r in reasons if r)}. Nothing was submitted."
+        )
