@@ -17,14 +17,17 @@ from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from npa_airflow.burst import client as sky
+from npa_airflow.burst.client import AsyncSkyPilotClient, Identity, SkyPilotClient
 from npa_airflow.burst.connection import SkyPilotConnectionConfig
+from npa_airflow.common.background_loop import run_sync
 from npa_airflow.common.configured_hook import ConfiguredHook
 from npa_airflow.common.remote_errors import skypilot_cluster_missing
 from npa_airflow.common.retry import Backoff, apause
 from npa_airflow.exceptions import NpaError
 
 if TYPE_CHECKING:
-    from npa_airflow.burst.client import AsyncSkyPilotClient, Identity, RequestResult, ServerInfo, SkyPilotClient
+    from npa_airflow.burst.client import RequestResult, ServerInfo
     from npa_airflow.burst.handle import BurstJobHandle
 
 __all__ = ["SkyPilotConnectionConfig", "SkyPilotHook", "SubmittedLaunch"]
@@ -80,21 +83,15 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
 
     @staticmethod
     def _identity(config: SkyPilotConnectionConfig) -> Identity:
-        from npa_airflow.burst.client import Identity
-
         return Identity(user=config.user, config_overrides=config.config_overrides)
 
     def get_client(self) -> SkyPilotClient:
         """A new blocking client for this connection (the caller closes it)."""
-        from npa_airflow.burst.client import SkyPilotClient
-
         config = self.config
         return SkyPilotClient(config.endpoint, token=config.token, identity=self._identity(config))
 
     async def aget_client(self) -> AsyncSkyPilotClient:
         """A new client for this connection (the caller closes it)."""
-        from npa_airflow.burst.client import AsyncSkyPilotClient
-
         config = await self.aconfig()
         return AsyncSkyPilotClient(config.endpoint, token=config.token, identity=self._identity(config))
 
@@ -128,8 +125,6 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
 
     async def alaunch(self, task_yaml: str, cluster: str, *, retry_until_up: bool = False) -> SubmittedLaunch:
         """Check the server, note whether ``cluster`` exists already, and schedule the launch (sent once)."""
-        from npa_airflow.burst import client as sky
-
         client = await self.aclient()
         info = await client.health()
         existing = sky.parse_clusters(await client.call(sky.build_status(client.identity, [cluster]), timeout=120))
@@ -146,8 +141,6 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
         return await (await self.aclient()).get(request_id, timeout=120)
 
     async def astream_launch_log(self, request_id: str) -> AsyncIterator[str]:
-        from npa_airflow.burst import client as sky
-
         async for line in (await self.aclient()).stream_lines(sky.build_request_log(request_id)):
             yield line
 
@@ -155,16 +148,12 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
 
     async def ajob_status(self, cluster: str, job_id: int) -> str | None:
         """SkyPilot's native state of the job (None: not reported)."""
-        from npa_airflow.burst import client as sky
-
         client = await self.aclient()
         value = await client.call(sky.build_job_status(client.identity, cluster, [job_id]), timeout=120)
         return sky.parse_job_status(value, job_id)
 
     async def ajob_log_tail(self, cluster: str, job_id: int, lines: int = 50) -> str:
         """The last ``lines`` lines of the job's log (cleaned of terminal codes), at most ``LOG_TAIL_CHARS``."""
-        from npa_airflow.burst import client as sky
-
         client = await self.aclient()
         request = sky.build_logs(client.identity, cluster, job_id, follow=False, tail=lines)
         kept: list[str] = []
@@ -178,31 +167,23 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
 
     async def aclusters(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The clusters among ``names`` that exist, with their records (one request for all names)."""
-        from npa_airflow.burst import client as sky
-
         client = await self.aclient()
         return sky.parse_clusters(await client.call(sky.build_status(client.identity, list(names)), timeout=120))
 
     async def alaunches(self, cluster: str) -> list[RequestResult]:
         """The launch requests the server still holds for ``cluster``, oldest first."""
-        from npa_airflow.burst import client as sky
-
         requests = (await (await self.aclient()).cluster_requests(cluster)).values()
         launches = [r for r in requests if r.name == sky.LAUNCH_REQUEST_NAME and r.cluster_name == cluster]
         return sorted(launches, key=lambda r: r.created_at or 0.0)
 
     async def ajobs(self, cluster: str) -> dict[int, str]:
         """{job id: native state} of every job on ``cluster``."""
-        from npa_airflow.burst import client as sky
-
         client = await self.aclient()
         return sky.parse_queue(await client.call(sky.build_queue(client.identity, cluster), timeout=120))
 
     async def astream_job_log(self, cluster: str, job_id: int) -> AsyncIterator[str]:
         """The job's whole log from its start, followed until the job ends, as text pieces (see
         ``client.joblog`` for what the stream carries)."""
-        from npa_airflow.burst import client as sky
-
         client = await self.aclient()
         request = sky.build_logs(client.identity, cluster, job_id, follow=True, tail=0)
         async for text in client.stream_text(request, timeout=LOG_SILENCE_SECONDS):
@@ -211,8 +192,6 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
     async def ajob_log_end(self, cluster: str, job_id: int) -> str:
         """The last line of a finished job's log and SkyPilot's trailer (a last line without its newline is
         glued to the trailer, which tells it apart)."""
-        from npa_airflow.burst import client as sky
-
         client = await self.aclient()
         request = sky.build_logs(client.identity, cluster, job_id, follow=False, tail=1)
         return "".join([text async for text in client.stream_text(request, timeout=LOG_SILENCE_SECONDS)])
@@ -259,8 +238,6 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
         return None
 
     async def acancel_job(self, cluster: str, job_id: int, log: logging.Logger, *, wait: bool = True) -> None:
-        from npa_airflow.burst import client as sky
-
         client = await self.aclient()
         request = sky.build_cancel_job(client.identity, cluster, job_id)
         if not wait:
@@ -275,8 +252,6 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
 
     async def ateardown(self, cluster: str, log: logging.Logger, *, wait: bool = True) -> None:
         """Take ``cluster`` down; with ``wait``, retried and reported if it still fails."""
-        from npa_airflow.burst import client as sky
-
         client = await self.aclient()
         request = sky.build_down(client.identity, cluster)
         if not wait:
@@ -304,8 +279,6 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
     # -- sync facade (operators and sensors run on a worker thread without a loop) --------------------------------
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        from npa_airflow.common.background_loop import run_sync
-
         return run_sync(coro)
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ import json
 from importlib.resources import files
 from typing import Annotated, Any
 
+from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse
@@ -63,8 +64,6 @@ def create_app() -> FastAPI:
 
 
 def _dag_permissions(user: Any) -> tuple[set[str], set[str]]:
-    from airflow.api_fastapi.app import get_auth_manager
-
     manager = get_auth_manager()
     return (
         manager.get_authorized_dag_ids(user=user, method="GET"),

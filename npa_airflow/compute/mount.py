@@ -16,6 +16,7 @@ class LazyApp:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._app is None:
+            # every Airflow process loads the plugin: FastAPI and the page's sources load on the first request
             from npa_airflow.compute.app import create_app
 
             self._app = create_app()

@@ -11,15 +11,25 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
+from airflow.configuration import AIRFLOW_HOME, conf
+from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rtif
+from airflow.models.taskinstance import TaskInstance as TI
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+from sqlalchemy import and_, select
+
+from npa_airflow.burst import client as sky
+from npa_airflow.burst.hook import SkyPilotHook
 from npa_airflow.common import xcom_keys
+from npa_airflow.common.deployment import current_deployment
+from npa_airflow.common.links import DEFAULT_BURST_URL_TEMPLATE, _extra_value, format_burst_url, format_job_url
 from npa_airflow.compute import rows as r
 from npa_airflow.compute.cache import SharedCache
-
-if TYPE_CHECKING:
-    from npa_airflow.trusted_jobs import TaskInstanceRef
+from npa_airflow.slurm.hook import SlurmHook
+from npa_airflow.trusted_jobs import Distrust, TaskInstanceRef, task_settings, trusted_burst_try, trusted_slurm_handle
 
 log = logging.getLogger(__name__)
 
@@ -29,26 +39,16 @@ HANDLE_KEYS = (xcom_keys.SLURM_JOB, xcom_keys.BURST_JOB)
 
 def cache_dir() -> str:
     """``[npa_airflow] compute_cache_dir``, else ``$AIRFLOW_HOME/npa-compute-cache`` (one per host)."""
-    from airflow.configuration import AIRFLOW_HOME, conf
-
     return conf.get("npa_airflow", "compute_cache_dir", fallback="") or os.path.join(AIRFLOW_HOME, "npa-compute-cache")
 
 
 def default_cache() -> SharedCache:
-    from airflow.configuration import conf
-
     ttl = conf.getfloat("npa_airflow", "compute_cache_seconds", fallback=CACHE_TTL_SECONDS)
     return SharedCache(cache_dir(), ttl)
 
 
 def live_tasks() -> list[r.LiveTask]:
     """Task instances in a live state whose XCom holds a Slurm or Burst job handle, with their rendered fields."""
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rtif
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import and_, select
-
     same_ti = and_(
         XComModel.dag_id == TI.dag_id,
         XComModel.run_id == TI.run_id,
@@ -85,8 +85,6 @@ def live_tasks() -> list[r.LiveTask]:
 
 def _slurm_fetch(conn_id: str, cluster: str | None):
     def fetch(job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        from npa_airflow.slurm.hook import SlurmHook
-
         hook = SlurmHook(slurm_conn_id=conn_id).on_cluster(cluster)
         # One round trip: the sacct, and one squeue for every shown job (a pending job's reason is slurmctld's).
         states = hook.query_jobs(list(job_ids), pending=list(job_ids)).states
@@ -100,9 +98,6 @@ def _slurm_fetch(conn_id: str, cluster: str | None):
 
 def _burst_fetch(conn_id: str, cluster: str):
     def fetch(job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        from npa_airflow.burst import client as sky
-        from npa_airflow.burst.hook import SkyPilotHook
-
         ids = [int(i) for i in job_ids]
         with SkyPilotHook(conn_id).get_client() as client:  # one /job_status call for every job of the cluster
             answer = client.call(sky.build_job_status(client.identity, cluster, ids), timeout=60)
@@ -166,10 +161,6 @@ _KINDS = {xcom_keys.SLURM_JOB: (r.SLURM, "slurm_conn_id"), xcom_keys.BURST_JOB: 
 def _checked(tasks: list[r.LiveTask]) -> tuple[list[r.LiveTask], list[r.ComputeRow], dict[str, Any]]:
     """The tasks with only their own jobs' handles (as the API server derives them), a row for each handle that is
     not (it is shown as such and asked about nowhere), and the Slurm connections' configs."""
-    from dataclasses import replace
-
-    from npa_airflow.trusted_jobs import Distrust, TaskInstanceRef
-
     verdicts = _Verdicts()
     live, untrusted = [], []
     now = time.time()
@@ -201,9 +192,6 @@ class _Verdicts:
 
     def of(self, task: r.LiveTask, ti: TaskInstanceRef, key: str, raw: Any, conn_attr: str) -> Any:
         """The trusted handle (Slurm) or try (Burst), or a ``Distrust`` saying why not; never raises."""
-        from npa_airflow.common.deployment import current_deployment
-        from npa_airflow.trusted_jobs import Distrust, task_settings, trusted_burst_try, trusted_slurm_handle
-
         try:
             where = (task.dag_version_id, task.task_id, conn_attr)
             if where not in self.settings_of:
@@ -241,8 +229,6 @@ def _rows_of(task, slurm_states, burst_states, configs, now) -> list[r.ComputeRo
 
 def _slurm_configs(conn_ids: set[str]) -> dict[str, Any]:
     """Each Slurm connection's config (None when it cannot be read)."""
-    from npa_airflow.slurm.hook import SlurmHook
-
     configs: dict[str, Any] = {}
     for conn_id in conn_ids:
         try:
@@ -254,8 +240,6 @@ def _slurm_configs(conn_ids: set[str]) -> dict[str, Any]:
 
 
 def _slurm_job_url(handle: dict[str, Any], config: Any) -> str | None:
-    from npa_airflow.common.links import format_job_url
-
     template = getattr(config, "job_url_template", None)
     try:
         return format_job_url(template, handle) if template else None
@@ -264,8 +248,6 @@ def _slurm_job_url(handle: dict[str, Any], config: Any) -> str | None:
 
 
 def _burst_job_url(handle: dict[str, Any]) -> str | None:
-    from npa_airflow.common.links import DEFAULT_BURST_URL_TEMPLATE, _extra_value, format_burst_url
-
     template = _extra_value(handle.get("conn_id"), "dashboard_url_template") or DEFAULT_BURST_URL_TEMPLATE
     try:
         return format_burst_url(template, handle)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import httpx
 
 from npa_airflow.burst.client.answers import (
     RequestResult,
@@ -37,9 +39,6 @@ from npa_airflow.common.remote_errors import http_status_transient
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import NpaConnectionError
 
-if TYPE_CHECKING:
-    import httpx
-
 # 2 s, 4 s, 8 s (capped at 10 s), each stretched by up to half again so clients that failed together spread out.
 SEND_BACKOFF = Backoff(base=2.0, cap=10.0, jitter=0.5)
 
@@ -53,8 +52,6 @@ def decode(response: httpx.Response) -> Any:
 
 def resendable(request: ApiRequest, exc: BaseException) -> bool:
     """Whether sending ``request`` again after ``exc`` cannot run it twice."""
-    import httpx
-
     if isinstance(exc, httpx.ConnectError):  # nothing reached the server
         return True
     if isinstance(exc, httpx.TransportError):  # it may have reached the server
@@ -83,8 +80,6 @@ class AsyncSkyPilotClient:
         retries: int = 3,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        import httpx
-
         self.endpoint = endpoint.rstrip("/")
         self.identity = identity or Identity()
         self.retries = retries
@@ -103,7 +98,6 @@ class AsyncSkyPilotClient:
 
     async def send(self, request: ApiRequest, *, timeout: float | None = None) -> httpx.Response:
         """One answer to ``request``, resent while that is safe and the retry budget lasts."""
-        import httpx
 
         async def attempt() -> httpx.Response:
             response = await self._http.request(
@@ -177,8 +171,6 @@ class AsyncSkyPilotClient:
 
     @contextlib.asynccontextmanager
     async def _open_stream(self, request: ApiRequest, timeout: float | None) -> AsyncIterator[httpx.Response]:
-        import httpx
-
         async with self._http.stream(
             request.method,
             request.path,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from npa_airflow.common.secret_env import validate_secret_env
+from airflow.sdk.configuration import conf
+
+from npa_airflow.common.secret_env import resolve_secret_env, validate_secret_env
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, results_root_for
 from npa_airflow.slurm.submit import layout
@@ -121,6 +124,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def _check_resources(self) -> None:
         """Fail at DAG parse time for resource values (they are not templated) and for a cluster option."""
+        # DAG parse: the field rules (and the handle module they use) load only where a DAG makes this operator
         from npa_airflow.slurm.submit.spec_fields import check_request
 
         check_request(extra_sbatch=self.extra_sbatch, **self._resource_kwargs())
@@ -154,6 +158,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def build_spec(self, cfg: SlurmConnectionConfig, job_name: str) -> SbatchSpec:
         """The bound `SbatchSpec` of `job_name` under the connection settings `cfg` (no I/O)."""
+        # DAG parse: the spec and its container and placeholder modules are run-time only
         from npa_airflow.slurm.submit.spec import SbatchSpec
 
         root = results_root_for(cfg, self.results_root, self.slurm_conn_id)
@@ -182,6 +187,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         return spec.bind(config_path=self.config_path, job_id=job_name, results_dir=results_dir)
 
     def required_inputs(self) -> list[str]:
+        # DAG parse: the storage path rules are run-time only
         from npa_airflow.slurm.submit.storage_paths import normalize_storage_path
 
         return [normalize_storage_path(p, f"inputs[{i}]") for i, p in enumerate(self.inputs)]
@@ -190,6 +196,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         """What the job reads besides its results dir: the inputs, and a shared-storage `config_path` unless it is
         inside the results dir (then the job writes it). Each must exist before submission; a container sees each
         at the same path."""
+        # DAG parse: the storage path rules are run-time only
         from npa_airflow.slurm.submit.storage_paths import STORAGE_SCHEMES, normalize_storage_path
 
         paths = self.required_inputs()
@@ -201,6 +208,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def render_template_fields(self, context: Context, jinja_env: jinja2.Environment | None = None) -> None:
         super().render_template_fields(context, jinja_env)
+        # DAG parse: the script builder and its templates are run-time only
         from npa_airflow.slurm.submit.scripts import render_sbatch
 
         self.required_inputs()  # reject local/file:// inputs before the task does anything else
@@ -210,8 +218,6 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         self._warn_if_cut(len(self.sbatch_script))
 
     def _warn_if_cut(self, length: int) -> None:
-        from airflow.sdk.configuration import conf
-
         limit = conf.getint("core", "max_templated_field_length", fallback=4096)
         if length > limit:
             self.log.warning(
@@ -223,8 +229,6 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def job_environment(self, hook: SlurmHook) -> JobEnvironment:
         """The connection's settings (the hook's one read) and the resolved `secret_env` values."""
-        from npa_airflow.common.secret_env import resolve_secret_env
-
         secrets = resolve_secret_env(self.secret_env) if self.secret_env else {}
         self.mask_job_secrets(secrets.values())  # before anything of the job is logged in this process
         return JobEnvironment(config=hook.config, secrets=secrets)
@@ -235,8 +239,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
     def prepare_job(
         self, job_name: str, exclude_nodes: Sequence[str], env: JobEnvironment, step: Mapping[str, Any]
     ) -> PreparedJob:
-        import shlex
-
+        # DAG parse: the fit rules load the Slurm command builders; the script and staging builders are run-time only
         from npa_airflow.slurm.submit.fit import mem_mb_of
         from npa_airflow.slurm.submit.scripts import assert_script_clean, render_sbatch
         from npa_airflow.slurm.submit.staging import StagedFile
@@ -272,6 +275,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def check_prepared_job(self, job: PreparedJob) -> None:
         """`bash -n` on the rendered script: a syntax error fails here, not after queueing."""
+        # DAG parse: the script builder is run-time only
         from npa_airflow.slurm.submit.scripts import bash_syntax_check
 
         super().check_prepared_job(job)

@@ -89,18 +89,17 @@ def build_stage(
     return "\n".join(lines), stdin
 
 
-def build_stage_and_submit(
-    files: Sequence[StagedFile],
+def build_submit(
+    stage: tuple[str, bytes],
     script_path: str,
     *,
     sbatch_args: Sequence[str] = (),
-    required_paths: Sequence[str] = (),
-    mkdirs: Sequence[str] = (),
     cluster: str | None = None,
     cancel_by_name: str | None = None,
     secret_files: Sequence[str] = (),
 ) -> tuple[str, bytes]:
-    """Like :func:`build_stage`, then ``sbatch --parsable`` the script; sbatch's rc is reported on stdout.
+    """``stage`` (the command and stdin of :func:`build_stage`), then ``sbatch --parsable`` the script; sbatch's
+    rc is reported on stdout.
 
     With ``cancel_by_name`` (the shell command that scancels this job by its name and owner proof), the command
     honours Airflow's cancel marker of the script (`commands.cancel_marker_for`), which a killed task creates before
@@ -111,7 +110,7 @@ def build_stage_and_submit(
     captured so that the check after it runs before anything is written to a session that may be gone.
     A job cancelled that way never runs: its ``secret_files`` (the sidecar just staged) are shredded too.
     """
-    command, stdin = build_stage(files, required_paths=required_paths, mkdirs=mkdirs)
+    command, stdin = stage
     argv = build_sbatch_submit(script_path, sbatch_args, cluster)
     submit = [f"printf '{SBATCH_BEGIN}\\n'", f"out=$({shlex.join(argv)}); rc=$?"]
     if cancel_by_name is not None:

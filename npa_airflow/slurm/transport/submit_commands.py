@@ -19,7 +19,7 @@ from npa_airflow.slurm.submit.staging import (
     EXIT_MISSING_INPUTS,
     StagedFile,
     build_stage,
-    build_stage_and_submit,
+    build_submit,
     parse_stage_output,
 )
 from npa_airflow.slurm.transport.ssh import StdinRefusedConnectionError
@@ -65,16 +65,14 @@ class SubmitCommands:
         sbatch clearly refused the job, and ``NpaAmbiguousSubmission`` when the job may or may not exist. With
         ``job_name`` (the script's job name) and ``owner_comment`` (the proof of its owner, sbatch's ``--comment``),
         a cancel by Airflow that comes while sbatch runs is honoured on the login host (see
-        :func:`npa_airflow.slurm.submit.staging.build_stage_and_submit`), shredding ``secret_files``.
+        :func:`npa_airflow.slurm.submit.staging.build_submit`), shredding ``secret_files``.
         """
         cluster = await self.atarget_cluster()
         sbatch_args, cancel = await self._owner_options(sbatch_args, cluster, job_name, owner_comment)
-        command, stdin = build_stage_and_submit(
-            files,
+        command, stdin = build_submit(
+            build_stage(files, required_paths=required_paths, mkdirs=mkdirs),
             script_path,
             sbatch_args=sbatch_args,
-            required_paths=required_paths,
-            mkdirs=mkdirs,
             cluster=cluster,
             cancel_by_name=cancel,
             secret_files=secret_files,

@@ -58,7 +58,7 @@ def test_a_handle_that_is_not_its_task_s_own_gets_a_row_saying_so_and_reaches_no
         r.LiveTask("d", "run", "x", -1, 1, "deferred", {"slurm_job": handle("10", task="t")}, {}, "v1"),  # t's name
     ]
     monkeypatch.setattr(sources, "live_tasks", lambda: tasks)
-    monkeypatch.setattr(trusted_jobs, "task_settings", lambda version, task, attr: trusted_jobs.TaskSettings("slurm"))
+    monkeypatch.setattr(sources, "task_settings", lambda version, task, attr: trusted_jobs.TaskSettings("slurm"))
     config = SlurmConnectionConfig(conn_id="slurm", hosts=(("h", 22),), user="npa", results_root="/r")
     monkeypatch.setattr(sources, "_slurm_configs", lambda ids: dict.fromkeys(ids, config))
     asked = []

@@ -15,7 +15,7 @@ from npa_airflow.slurm.submit.staging import (
     EXIT_STAGING_FAILED,
     StagedFile,
     build_stage,
-    build_stage_and_submit,
+    build_submit,
     parse_stage_output,
 )
 
@@ -68,7 +68,7 @@ def test_stage_and_submit_reports_sbatch_output_and_rc(tmp_path):
     (fake_bin / "sbatch").write_text('#!/bin/bash\necho "site banner"\necho "4242;clusterA"\n')
     (fake_bin / "sbatch").chmod(0o755)
     script = tmp_path / "job.sbatch"
-    command, stdin = build_stage_and_submit([StagedFile(str(script), b"#!/bin/bash\n")], str(script))
+    command, stdin = build_submit(build_stage([StagedFile(str(script), b"#!/bin/bash\n")]), str(script))
     done = _bash(command, stdin, env={**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"})
     outcome = parse_stage_output(done.stdout.decode())
     assert outcome.sbatch_started and outcome.sbatch_rc == 0
@@ -107,7 +107,7 @@ def test_missing_input_exit_reads_all_stdin_first(tmp_path, submit):
     script = StagedFile(str(tmp_path / "job.sbatch"), b"#!/bin/bash\n")
     missing = str(tmp_path / "no-such-input")
     if submit:
-        command, stdin = build_stage_and_submit([big, script], script.path, required_paths=[missing])
+        command, stdin = build_submit(build_stage([big, script], required_paths=[missing]), script.path)
     else:
         command, stdin = build_stage([big, script], required_paths=[missing])
     rc, out, error = _write_all_then_wait(command, stdin)
@@ -149,8 +149,8 @@ def test_a_cancel_marker_shreds_the_staged_sidecar_of_the_job_that_never_runs(tm
     if marker_appears == "before sbatch":
         open(marker, "w").close()
     files = [StagedFile(str(script), b"#!/bin/bash\n"), StagedFile(str(sidecar), b"HF_TOKEN=secret\n")]
-    command, stdin = build_stage_and_submit(
-        files, str(script), cancel_by_name="scancel --name=job", secret_files=[str(sidecar)]
+    command, stdin = build_submit(
+        build_stage(files), str(script), cancel_by_name="scancel --name=job", secret_files=[str(sidecar)]
     )
     done = _bash(command, stdin, env={**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"})
     assert not sidecar.exists() and script.exists()

@@ -13,7 +13,7 @@ from npa_airflow.exceptions import NpaCancelFailed, NpaRemoteError, NpaValidatio
 from npa_airflow.slurm import commands
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.hook import SlurmHook
-from npa_airflow.slurm.submit.staging import StagedFile, build_stage_and_submit
+from npa_airflow.slurm.submit.staging import StagedFile, build_stage, build_submit
 from npa_airflow.slurm.transport.cancels import CancelRequest, cancel_marker_of
 from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 from npa_airflow.slurm.transport.ssh import CommandResult
@@ -327,8 +327,8 @@ def test_the_submission_honours_a_cancel_marker_before_and_after_sbatch(tmp_path
     for tool in ("sbatch", "scancel", "squeue"):
         (bin_dir / tool).chmod(0o755)
     cancel = commands.build_cancel_by_name("npa-x-t1", "npa", COMMENT)
-    command, stdin = build_stage_and_submit(
-        [StagedFile(str(script), b"#!/bin/bash\n")], str(script), cancel_by_name=cancel
+    command, stdin = build_submit(
+        build_stage([StagedFile(str(script), b"#!/bin/bash\n")]), str(script), cancel_by_name=cancel
     )
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     first = subprocess.run(["bash", "-c", command], input=stdin, capture_output=True, env=env)
