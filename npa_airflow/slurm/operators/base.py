@@ -243,15 +243,13 @@ class SlurmJobOperatorBase(BaseOperator):
     ) -> Any:
         """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`.
 
-        What the operator decides about the job (its script, checks, wait allowance, submission) comes first; then
-        the job goes out, once each, to the cluster checks, the submission and the trigger."""
+        The operator settles the job first (script, checks, wait allowance); then each collaborator gets it once."""
         # DAG parse: the failure rules, the submission and the cluster checks load the Slurm command builders
         from npa_airflow.slurm.operators.bad_nodes import validated_exclusions
         from npa_airflow.slurm.operators.cluster_checks import check_on_cluster
         from npa_airflow.slurm.operators.submission import Submission
 
-        this = self.this_try(context)
-        hook = this.hook
+        hook = (this := self.this_try(context)).hook
         exclude = validated_exclusions(context, hook, self.log)
         env = self.job_environment(hook)
         step = dict(step or {})
@@ -273,14 +271,9 @@ class SlurmJobOperatorBase(BaseOperator):
         )
         check_on_cluster(hook, job, self.slurm_conn_id, self.log)
         this.handle, this.job = None, job  # on_kill cancels by this job's name until its id is known
-        handle = self._adopt_or_submit(context, submission)
-        this.handle = handle
+        this.handle = handle = self._adopt_or_submit(context, submission)
         self.cancelling(this).stop_if_killed(hook, handle)
-        context["ti"].xcom_push(key=xcom_keys.SLURM_JOB, value=handle.to_dict())
-        context["ti"].xcom_push(key=xcom_keys.SLURM_TRY, value=self.ti_identity(context)[4])
-        self.log.info(
-            "Slurm job %s (%s) on %s; stdout %s", handle.job_id, handle.job_name, handle.login_host, handle.stdout_path
-        )
+        self._publish(context, handle)
         # An adopted job keeps its first submission time: the deadline counts from there.
         trigger = self._trigger(handle, (handle.submitted_at or time.time()) + allowance)
         if self.deferrable:
@@ -289,6 +282,14 @@ class SlurmJobOperatorBase(BaseOperator):
             )
         trigger.use_resolved_secrets(env.secrets.values())
         return getattr(self, next_method)(context, self._wait_here(trigger), **(next_kwargs or {}))
+
+    def _publish(self, context: Context, handle: SlurmJobHandle) -> None:
+        """The handle to XCom before any wait: a kill, the listener and the next try find the job there."""
+        context["ti"].xcom_push(key=xcom_keys.SLURM_JOB, value=handle.to_dict())
+        context["ti"].xcom_push(key=xcom_keys.SLURM_TRY, value=self.ti_identity(context)[4])
+        self.log.info(
+            "Slurm job %s (%s) on %s; stdout %s", handle.job_id, handle.job_name, handle.login_host, handle.stdout_path
+        )
 
     def _adopt_or_submit(self, context: Context, submission: Submission) -> SlurmJobHandle:
         """The job of this step: an earlier try's or this try's found by name, else a new one."""
