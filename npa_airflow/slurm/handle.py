@@ -14,12 +14,19 @@ from typing import Any
 from npa_airflow.common.checks import field_mismatch, fullmatch_or_raise
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.commands.end_records import end_record_for
-from npa_airflow.slurm.commands.validation import CLUSTER_RE, JOB_ID_RE
 
-__all__ = ["CLUSTER_RE", "JOB_ID_RE", "SlurmJobHandle"]
+# A Slurm job id as sbatch prints it: plain, array task (123_4) or heterogeneous component (123+1).
+JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
+CLUSTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a Slurm cluster name (-M)
+# The file a job's batch script writes as its last act (templates/slurm; commands/end_records.py reads it).
+END_RECORD_NAME = "child_exit_code"
 _HOST_RE = re.compile(r"[A-Za-z0-9_.:\[\]-]{1,255}")
 _CONN_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,250}")
+
+
+def end_record_for(results_dir: str | None) -> str | None:
+    """Where the batch script of a job with this results directory writes its end record."""
+    return f"{results_dir.rstrip('/')}/{END_RECORD_NAME}" if results_dir else None
 
 
 def _check_path(name: str, value: object) -> None:

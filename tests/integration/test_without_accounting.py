@@ -202,7 +202,7 @@ def test_cancel_of_a_job_slurmctld_forgot_is_told_by_its_end_record(slurm_cluste
     """A cancel that comes after the job ended and slurmctld forgot it: ENDED where its script wrote its end
     record; refused (never "cancelled") where it left none, since no accounting can tell."""
     from npa_airflow.exceptions import NpaCancelFailed
-    from npa_airflow.slurm.commands.end_records import end_record_for
+    from npa_airflow.slurm.handle import end_record_for
 
     done = submit_deferred(make_operator(command="true"), task_context(f"npa_itest_noacct_cx_{uuid.uuid4().hex[:6]}"))
     handle = done.handle.to_dict()

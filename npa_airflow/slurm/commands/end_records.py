@@ -21,18 +21,12 @@ from npa_airflow.common.states import JobState
 if TYPE_CHECKING:
     from npa_airflow.slurm.commands.records import SlurmJobInfo
 
-END_RECORD_NAME = "child_exit_code"
 # A job whose end record slurmctld did not confirm (the script was between its last write and its exit, which
 # takes seconds on a loaded node, or the file is not the script's) is asked about again after a wait that
 # doubles from 1 s to at most 120 s (`END_ASK_BACKOFF.plain(asks)`): a handful of squeues per such job, and its
 # end is still seen while accounting stalls for hours.
 END_ASK_BACKOFF = Backoff(base=1.0, cap=120.0, jitter=0.0)
 NO_EXIT_CODE = "?"  # with_end_record_codes: the record exists but holds no exit code
-
-
-def end_record_for(results_dir: str | None) -> str | None:
-    """Where the batch script of a job with this results directory writes its end record."""
-    return f"{results_dir.rstrip('/')}/{END_RECORD_NAME}" if results_dir else None
 
 
 def with_end_records(argv: Sequence[str], paths: Sequence[str]) -> str:

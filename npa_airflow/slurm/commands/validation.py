@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from npa_airflow.common.checks import fullmatch_or_raise
 from npa_airflow.common.naming import validate_job_name
 from npa_airflow.exceptions import NpaValidationError
-
-# A Slurm job id as sbatch prints it: plain, array task (123_4) or heterogeneous component (123+1).
-JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,6})?")
-CLUSTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a Slurm cluster name (-M)
+from npa_airflow.slurm.handle import CLUSTER_RE, JOB_ID_RE
 
 
 def validate_job_id(job_id: object, field: str = "job_id") -> str:

@@ -22,7 +22,7 @@ from npa_airflow.common.remote_errors import scancel_nothing_to_cancel, slurmctl
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaCancelFailed, NpaRemoteError
 from npa_airflow.slurm import commands
-from npa_airflow.slurm.commands.end_records import end_record_for
+from npa_airflow.slurm.handle import end_record_for
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.handle import SlurmJobHandle
