@@ -274,6 +274,14 @@ def on_starting(component: Any) -> None:
         log.exception("Could not create this deployment's npa-airflow identity; tasks will say so")
 
 
+def _compute_app() -> Any:
+    """The Compute page's FastAPI app (built on its first request)."""
+    # every Airflow process loads the plugin: FastAPI and the page's sources load on the first request
+    from npa_airflow.compute.app import create_app
+
+    return create_app()
+
+
 class NpaAirflowPlugin(AirflowPlugin):
     """Registers the listener above and the Compute page (entry point `airflow.plugins`).
 
@@ -283,7 +291,7 @@ class NpaAirflowPlugin(AirflowPlugin):
 
     name = "npa_airflow"
     listeners = [sys.modules[__name__]]  # the hooks above
-    fastapi_apps = [{"name": "npa_compute", "app": LazyApp(), "url_prefix": COMPUTE_URL_PREFIX}]
+    fastapi_apps = [{"name": "npa_compute", "app": LazyApp(_compute_app), "url_prefix": COMPUTE_URL_PREFIX}]
     external_views = [
         {
             "name": "Compute",

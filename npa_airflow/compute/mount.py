@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 URL_PREFIX = "/npa-compute"
 
 
 class LazyApp:
-    """An ASGI app that builds the FastAPI app on its first request: importing the plugin stays cheap for the
-    scheduler, workers and triggerers, which load plugins too but never serve the page."""
+    """An ASGI app that builds the FastAPI app (`build`) on its first request: importing the plugin stays cheap for
+    the scheduler, workers and triggerers, which load plugins too but never serve the page."""
 
-    def __init__(self) -> None:
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
         self._app: Any = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._app is None:
-            # every Airflow process loads the plugin: FastAPI and the page's sources load on the first request
-            from npa_airflow.compute.app import create_app
-
-            self._app = create_app()
+            self._app = self._build()
         await self._app(scope, receive, send)
