@@ -146,8 +146,14 @@ def test_examples_run_on_the_local_stack(skypilot_server, skypilot_slurm, airflo
     out = run_dag_test(airflow_home, EXAMPLES / example, dag_id, timeout=1200, AIRFLOW__CORE__DAGS_FOLDER=str(EXAMPLES))
     assert set(out["states"].values()) == {"success"}, out["log"][-8000:]
     assert expected in out["log"]
-    # every node's ranks finish cleanly: no torch elastic agent failing its exit barrier after a success
-    assert "exit barrier" not in out["log"], out["log"][-8000:]
+    # Every node's ranks finished: no agent reports a failed worker. A non-master agent may still log "Error waiting
+    # on exit barrier" after the job succeeded, when the master's agent closed the store it hosts as the barrier
+    # completed (torch's own race, pytorch/pytorch#69520; 1 run in about 10 here): then the store went away, no
+    # rank missed the barrier (that would be a timeout).
+    log = out["log"]
+    assert "ChildFailedError" not in log and "Failures:" not in log, log[-8000:]
+    if "Error waiting on exit barrier" in log:
+        assert "Connection was likely closed" in log and "Timeout" not in log, log[-8000:]
     assert not [name for name in clusters(skypilot_server) if dag_id.replace("_", "-") in name]
 
 
