@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from pathlib import Path
 
@@ -148,12 +149,12 @@ def test_examples_run_on_the_local_stack(skypilot_server, skypilot_slurm, airflo
     assert expected in out["log"]
     # Every node's ranks finished: no agent reports a failed worker. A non-master agent may still log "Error waiting
     # on exit barrier" after the job succeeded, when the master's agent closed the store it hosts as the barrier
-    # completed (torch's own race, pytorch/pytorch#69520; 1 run in about 10 here): then the store went away, no
-    # rank missed the barrier (that would be a timeout).
+    # completed (torch's own race, pytorch/pytorch#69520; 1 run in about 10 here): the store went away at once. A
+    # rank that missed the barrier would show as a wait of its whole timeout (300 s).
     log = out["log"]
     assert "ChildFailedError" not in log and "Failures:" not in log, log[-8000:]
-    if "Error waiting on exit barrier" in log:
-        assert "Connection was likely closed" in log and "Timeout" not in log, log[-8000:]
+    waits = [float(s) for s in re.findall(r"Error waiting on exit barrier\. Elapsed: ([0-9.]+) seconds", log)]
+    assert all(w < 60 for w in waits) and (not waits or "Connection was likely closed" in log), log[-8000:]
     assert not [name for name in clusters(skypilot_server) if dag_id.replace("_", "-") in name]
 
 
