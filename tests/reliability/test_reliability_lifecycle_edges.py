@@ -328,9 +328,9 @@ def test_a_reattaching_retry_keeps_the_first_submissions_max_wait(slurm_cluster,
         assert second.handle.submitted_at == submitted  # Slurm's own submit time
         assert second.deadline == submitted + max_wait.total_seconds()
         reset_pollers()
-        logger, _ = collecting_logger("maxwait")
+        logger, collected = collecting_logger("maxwait")
         event = asyncio.run(run_trigger(second, logger, timeout=120))
-        assert event.payload["status"] == "deadline"
+        assert event.payload["status"] == "deadline", (event.payload, collected.lines)
         with pytest.raises(AirflowException, match="deadline"):
             retry.execute_complete(ctx, event.payload)
         assert wait_for_state(slurm_cluster, cluster_ssh, first.handle.job_id, "CANCELLED").startswith("CANCELLED")
