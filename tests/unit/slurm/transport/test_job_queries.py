@@ -62,7 +62,8 @@ async def test_neither_tool_answering_is_an_error_not_an_absence(tmp_path, pendi
 
 # As the 24.11 bed answers: sacct has no pending reason, squeue has it.
 SACCT_2411 = (
-    "6|6|PENDING|0:0|None assigned|None|wrap\n5|5|PENDING|0:0|None assigned|None|wrap\n7|7|RUNNING|0:0|c1|None|wrap\n"
+    "6|6|PENDING|0:0|None assigned|None|0||wrap\n5|5|PENDING|0:0|None assigned|None|0||wrap\n"
+    "7|7|RUNNING|0:0|c1|None|5|cpu=1,node=1|wrap\n"
 )
 SQUEUE_2411 = "6|6|PENDING|DependencyNeverSatisfied||wrap\n5|5|PENDING|JobHeldUser||wrap\n"
 
@@ -150,7 +151,9 @@ async def test_a_job_whose_end_record_exists_while_sacct_says_running_is_settled
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "child_exit_code").write_text("0\n")
     records = {i: str(tmp_path / i / "child_exit_code") for i in ("7", "8", "9")}
-    sacct = "7|7|RUNNING|0:0|c1|None|a\n8|8|RUNNING|0:0|c1|None|b\n9|9|RUNNING|0:0|c1|None|c\n"
+    sacct = "".join(
+        f"{i}|{i}|RUNNING|0:0|c1|None|5|cpu=1,node=1|{n}\n" for i, n in (("7", "a"), ("8", "b"), ("9", "c"))
+    )
     tools = Tools(tmp_path, (0, sacct, ""), (0, "7|7|COMPLETED|None|c1|a\n", ""))
     query = await tools.hook().aquery_jobs(["7", "8", "9"], records)
     assert query.states["7"].state is JobState.COMPLETE and query.states["7"].source == "squeue"
@@ -165,7 +168,7 @@ async def test_a_job_accounting_still_calls_pending_is_settled_by_squeue_once_it
     record = tmp_path / "child_exit_code"
     record.write_text("0\n")
     for n, pending in enumerate((["7"], [])):
-        answers = ((0, "7|7|PENDING|0:0|None assigned|None|a\n", ""), (0, "7|7|COMPLETED|None|c1|a\n", ""))
+        answers = ((0, "7|7|PENDING|0:0|None assigned|None|0||a\n", ""), (0, "7|7|COMPLETED|None|c1|a\n", ""))
         tools = Tools(tmp_path / str(n), *answers)
         query = await tools.hook().aquery_jobs(["7"], {"7": str(record)}, pending=pending)
         assert query.states["7"].state is JobState.COMPLETE, pending
@@ -184,7 +187,7 @@ async def test_a_job_accounting_still_calls_pending_is_settled_by_squeue_once_it
 async def test_only_a_completed_answer_settles_a_job_early(tmp_path, squeue, state):
     record = tmp_path / "child_exit_code"
     record.write_text("0\n")
-    tools = Tools(tmp_path, (0, "7|7|RUNNING|0:0|c1|None|a\n", ""), (0, squeue, ""))
+    tools = Tools(tmp_path, (0, "7|7|RUNNING|0:0|c1|None|5|cpu=1,node=1|a\n", ""), (0, squeue, ""))
     query = await tools.hook().aquery_jobs(["7"], {"7": str(record)})
     assert query.states["7"].state is state and query.end_records_checked == {"7"}
     assert query.ended_before_accounting == frozenset()
@@ -192,7 +195,7 @@ async def test_only_a_completed_answer_settles_a_job_early(tmp_path, squeue, sta
 
 async def test_no_end_record_and_no_squeue_in_steady_state(tmp_path):
     records = {"7": str(tmp_path / "child_exit_code")}  # not written: the job runs
-    tools = Tools(tmp_path, (0, "7|7|RUNNING|0:0|c1|None|a\n", ""))
+    tools = Tools(tmp_path, (0, "7|7|RUNNING|0:0|c1|None|5|cpu=1,node=1|a\n", ""))
     query = await tools.hook().aquery_jobs(["7"], records)
     assert query.states["7"].state is JobState.RUNNING and query.end_records_checked == frozenset()
     assert len(tools.round_trips) == 1 and tools.calls("squeue") == [], "a running job costs slurmctld nothing"
