@@ -97,6 +97,7 @@ class JobQuery:
     absent: frozenset[str] = frozenset()
     end_records_checked: frozenset[str] = frozenset()  # ids asked about because their end record exists
     ended_before_accounting: frozenset[str] = frozenset()  # of those, the ids squeue settled as COMPLETED
+    accounting: bool = True  # False: the cluster keeps none (states from squeue, scontrol, end records; no usage)
 
 
 @dataclass(frozen=True)

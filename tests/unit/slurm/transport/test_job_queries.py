@@ -14,6 +14,7 @@ import pytest
 
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaRemoteError
+from npa_airflow.slurm import commands
 from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 from tests.harness.scripted_slurm_tools import HELP_2205, HELP_2411, ScriptedSlurmTools
 
@@ -157,6 +158,8 @@ async def test_a_job_whose_end_record_exists_while_sacct_says_running_is_settled
     tools = Tools(tmp_path, (0, sacct, ""), (0, "7|7|COMPLETED|None|c1|a\n", ""))
     query = await tools.hook().aquery_jobs(["7", "8", "9"], records)
     assert query.states["7"].state is JobState.COMPLETE and query.states["7"].source == "squeue"
+    # squeue tells no usage: the job keeps its RUNNING record's (elapsed counted to that sacct)
+    assert query.states["7"].usage == commands.JobUsage(gpus=0, nodes=1, elapsed_seconds=5) and query.accounting
     assert [query.states[i].state for i in ("8", "9")] == [JobState.RUNNING, JobState.RUNNING]
     assert query.end_records_checked == {"7"} and query.ended_before_accounting == {"7"}
     assert len(tools.round_trips) == 2 and tools.calls("squeue") == ["-h -t all --jobs=7 -o %i|%A|%T|%r|%N|%j"]
@@ -172,6 +175,7 @@ async def test_a_job_accounting_still_calls_pending_is_settled_by_squeue_once_it
         tools = Tools(tmp_path / str(n), *answers)
         query = await tools.hook().aquery_jobs(["7"], {"7": str(record)}, pending=pending)
         assert query.states["7"].state is JobState.COMPLETE, pending
+        assert query.states["7"].usage is None  # accounting never recorded the start: unknown, not zero
         assert query.end_records_checked == {"7"} and query.ended_before_accounting == {"7"}
         assert len(tools.round_trips) == (1 if pending else 2)
 
