@@ -203,3 +203,14 @@ async def test_no_end_record_and_no_squeue_in_steady_state(tmp_path):
     query = await tools.hook().aquery_jobs(["7"], records)
     assert query.states["7"].state is JobState.RUNNING and query.end_records_checked == frozenset()
     assert len(tools.round_trips) == 1 and tools.calls("squeue") == [], "a running job costs slurmctld nothing"
+
+
+async def test_each_jobs_usage_rides_in_the_state_querys_one_sacct(tmp_path):
+    """AllocTRES and ElapsedRaw are fields of the sacct the poller runs anyway: no round trip of their own."""
+    sacct = "5|5|COMPLETED|0:0|g[1-2]|None|480|billing=2,cpu=2,gres/gpu=16,mem=8G,node=2|train\n"
+    tools = Tools(tmp_path, (0, sacct, ""))
+    query = await tools.hook().aquery_jobs(["5"])
+    assert query.states["5"].usage == commands.JobUsage(gpus=16, nodes=2, elapsed_seconds=480)
+    assert len(tools.round_trips) == 1 and tools.calls("squeue") == []
+    (call,) = tools.calls("sacct")
+    assert "-o JobIDRaw,JobID,State,ExitCode,NodeList,Reason,ElapsedRaw,AllocTRES,JobName -j 5" in call
