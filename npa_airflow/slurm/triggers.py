@@ -25,6 +25,7 @@ from npa_airflow.slurm.submit.fit import never_clearing_reason
 from npa_airflow.slurm.watch.log_lines import LogFileLines
 from npa_airflow.slurm.watch.poller import PollUpdate, Registration, SlurmPoller, get_poller
 from npa_airflow.slurm.watch.trigger_cancel import SlurmTriggerCancels
+from npa_airflow.slurm.watch.trigger_events import ENDED_FIRST, usage_fields
 
 # Re-exported: operators, sensors and tests import the event helpers from here.
 from npa_airflow.slurm.watch.trigger_events import EVENT_STATUSES as EVENT_STATUSES
@@ -328,6 +329,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
             "node_list": info.node_list if info else None,
             "reason": info.reason if info else None,
             "log_tail": "\n".join(self._tail),
+            **usage_fields(info, accounting=update.accounting),
         }
         native = details["native_state"]
         if update.state is JobState.COMPLETE:
@@ -377,4 +379,8 @@ class SlurmJobTrigger(SlurmTriggerCancels):
 
     def event_payload(self, status: str, message: str, **extra: Any) -> dict[str, Any]:
         offsets = dict(self.log_offsets)
+        # Only the job's end tells its usage (_terminal_event); a wait that ends first (deadline, never-clearing
+        # reason, lost job) cannot know what the job will have used.
+        if "usage" not in extra:
+            extra = {**extra, "usage": None, "usage_unknown": ENDED_FIRST}
         return make_event_payload(status, self.handle.to_dict(), message, log_offsets=offsets, **extra)

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from npa_airflow.common.states import JobState
-from npa_airflow.slurm.commands import JobQuery, SlurmJobInfo
+from npa_airflow.slurm.commands import JobQuery, JobUsage, SlurmJobInfo
 from npa_airflow.slurm.hook import CommandResult
 
 NATIVE = {
@@ -24,7 +24,13 @@ NATIVE = {
 }
 
 
-def info(job_id: str, state: JobState, exit_code: int | None = None, reason: str | None = None) -> SlurmJobInfo:
+def info(
+    job_id: str,
+    state: JobState,
+    exit_code: int | None = None,
+    reason: str | None = None,
+    usage: JobUsage | None = None,
+) -> SlurmJobInfo:
     return SlurmJobInfo(
         job_id=job_id,
         native_state=NATIVE[state],
@@ -35,6 +41,7 @@ def info(job_id: str, state: JobState, exit_code: int | None = None, reason: str
         node_list="c1",
         reason=reason,
         source="sacct",
+        usage=usage,
     )
 
 
@@ -56,13 +63,20 @@ class LocalClusterDouble:
         self.controller: dict[str, JobState] = {}  # what squeue says, where it differs from sacct (lag)
         self.end_record_calls: list[dict[str, str]] = []  # the end records each state query looked for
         self.pending_calls: list[list[str]] = []  # the ids each state query asked squeue about with its sacct
+        self.usage: dict[str, JobUsage] = {}  # what sacct's AllocTRES and ElapsedRaw say of a job
+        self.accounting = True  # False: a cluster without accounting (no usage, whatever `usage` holds)
 
     async def ajob_states(self, job_ids):
         self.state_calls.append(list(job_ids))
         if self.fail_states:
             self.fail_states -= 1
             raise ConnectionError("connection to 127.0.0.1:2222 lost")
-        return {j: info(j, self.states[j], reason=self.reasons.get(j)) for j in job_ids if j in self.states}
+        usage = self.usage if self.accounting else {}
+        return {
+            j: info(j, self.states[j], reason=self.reasons.get(j), usage=usage.get(j))
+            for j in job_ids
+            if j in self.states
+        }
 
     async def aquery_jobs(self, job_ids, end_records=None, pending=(), end_record_paths=None):
         """`states` is what sacct says; a job in `controller` (what squeue says) whose end record exists locally
@@ -75,12 +89,18 @@ class LocalClusterDouble:
             j for j, path in (end_records or {}).items()
             if Path(path).exists() and j in states and not states[j].state.is_terminal
         ]  # fmt: skip
-        early = {j: info(j, JobState.COMPLETE) for j in checked if self.controller.get(j) is JobState.COMPLETE}
+        # squeue's COMPLETED keeps the usage of sacct's RUNNING record, as the hook's does
+        early = {
+            j: info(j, JobState.COMPLETE, usage=states[j].usage if states[j].state is JobState.RUNNING else None)
+            for j in checked
+            if self.controller.get(j) is JobState.COMPLETE
+        }
         return JobQuery(
             {**states, **early},
             frozenset(j for j in job_ids if j in self.absent and j not in states),
             end_records_checked=frozenset(checked),
             ended_before_accounting=frozenset(early),
+            accounting=self.accounting,
         )
 
     async def arun(self, argv, *, stdin=None, timeout=120, check=True):

@@ -36,3 +36,21 @@ def accounted_jobs(cluster_ssh: Callable[..., Any], name_prefix: str, timeout: f
         if jobs or time.monotonic() > deadline:
             return jobs
         time.sleep(1)
+
+
+LIVE_STATES = ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING", "RESIZING")
+
+
+def accounted_usage(cluster_ssh: Callable[..., Any], job_id: str, timeout: float = 60) -> tuple[dict[str, int], int]:
+    """sacct's own AllocTRES ({name: count}, counts only) and ElapsedRaw of an ended job, once accounting has its
+    end (waits out the lag)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = cluster_ssh(f"sacct -X -n -P -j {job_id} -o State,AllocTRES,ElapsedRaw", check=True).stdout
+        state, _, rest = (out.strip().splitlines() or [""])[0].partition("|")
+        alloc, _, elapsed = rest.partition("|")
+        if state and state.split()[0] not in LIVE_STATES and elapsed.isdigit():
+            pairs = (pair.partition("=") for pair in alloc.split(","))
+            return {name: int(count) for name, _, count in pairs if count.isdigit()}, int(elapsed)
+        assert time.monotonic() < deadline, f"accounting never recorded the end of job {job_id}: {out!r}"
+        time.sleep(1)

@@ -25,7 +25,7 @@ from npa_airflow.slurm.watch.poller import reset_pollers
 from tests.harness.airflow_tasks import collecting_logger, submit_deferred, task_context
 from tests.harness.airflow_tasks import job_name as job_name_for
 from tests.harness.airflow_tasks import make_submit_operator as make_operator
-from tests.harness.slurm_accounting import accounted_jobs, sacct_jobs
+from tests.harness.slurm_accounting import accounted_jobs, accounted_usage, sacct_jobs
 from tests.supervisor_double import install_supervisor, run_for_task_instance
 
 pytestmark = pytest.mark.integration
@@ -450,6 +450,45 @@ def test_non_deferrable_waits_on_the_worker_through_the_same_poller(slurm_cluste
     assert handle == ctx["ti"].pushed["slurm_job"]
     streamed = [x for x in collected.lines if x.startswith("worker-side-")]
     assert streamed == ["worker-side-1", "worker-side-2"]
+
+
+@pytest.mark.accounting("compares the task's GPU-hours with sacct's own AllocTRES and ElapsedRaw")
+def test_gpu_hours_of_a_two_node_job_are_what_accounting_recorded(slurm_cluster, cluster_ssh, monkeypatch):
+    """2 nodes x 8 GPUs (the bed's gpu partition: g1, g2, Gres=gpu:8 each) for 20 s: XCom npa_usage and the task's
+    GPU-usage line say what sacct itself says of the job. Exactly, when the end came from sacct; within 1 s per node
+    when the poller took it from squeue before accounting had it (the usage is then sacct's RUNNING record's, its
+    elapsed time counted to that poll)."""
+    from npa_airflow.slurm.commands import JobUsage
+    from npa_airflow.slurm.triggers import SlurmJobTrigger
+    from npa_airflow.slurm.watch.trigger_events import usage_line
+
+    op = make_operator(command="sleep 20; echo usage-done", partition="gpu", nodes=2, gpus_per_node=8)
+    ctx = task_context(f"npa_itest_usage_{uuid.uuid4().hex[:6]}")
+    watcher = SlurmJobTrigger(**submit_deferred(op, ctx).serialize()[1])
+    watcher._log, _ = collecting_logger("usage-trigger")
+
+    async def wait() -> tuple[dict, int]:
+        event = await asyncio.wait_for(anext(watcher.run()), 300)
+        return event.payload, watcher._poller().stats.ended_before_accounting
+
+    reset_pollers()
+    payload, early = asyncio.run(wait())
+    assert payload["status"] == "success", payload
+    logger, collected = collecting_logger("usage")
+    monkeypatch.setattr(type(op), "log", property(lambda self: logger))
+    op.execute_complete(ctx, payload)
+    usage = ctx["ti"].pushed["npa_usage"]
+
+    alloc, elapsed = accounted_usage(cluster_ssh, watcher.handle.job_id)
+    assert (alloc.get("gres/gpu"), alloc.get("node")) == (16, 2), alloc  # the bed tracks gres/gpu
+    assert elapsed >= 20
+    assert (usage["gpus"], usage["nodes"]) == (16, 2), usage
+    slack = usage["nodes"] if early else 0  # seconds of elapsed time: 1 per node
+    assert abs(usage["elapsed_seconds"] - elapsed) <= slack, (usage, elapsed, early)
+    assert usage["gpu_hours"] == pytest.approx(16 * elapsed / 3600, abs=16 * slack / 3600)
+    assert usage["gpu_hours"] == 16 * usage["elapsed_seconds"] / 3600
+    assert collected.lines[-1] == usage_line(JobUsage(16, 2, usage["elapsed_seconds"]), "")
+    assert collected.lines[-1].startswith("GPU usage: 0.") and "(16 GPUs on 2 nodes x " in collected.lines[-1]
 
 
 def test_sensor_waits_for_a_job_submitted_elsewhere(slurm_cluster):

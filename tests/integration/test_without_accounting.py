@@ -102,6 +102,21 @@ def test_a_job_completes_with_its_log_and_no_sacct_after_the_first(slurm_cluster
     assert op.execute_complete(ctx, payload)["job_id"] == trigger.handle.job_id
 
 
+def test_gpu_usage_is_unknown_and_said_so_never_made_up(slurm_cluster, monkeypatch):
+    """No slurmdbd, no record of what a job was allocated or how long it ran: XCom npa_usage is None and the task
+    log says why."""
+    op = make_operator(command="sleep 2; echo noacct-usage", partition="gpu", gpus_per_node=8)
+    ctx = task_context(f"npa_itest_noacct_usage_{uuid.uuid4().hex[:6]}")
+    payload, _ = run_trigger(submit_deferred(op, ctx))
+    assert payload["status"] == "success", payload
+    assert (payload["usage"], payload["usage_unknown"]) == (None, "the cluster keeps no accounting")
+    logger, collected = collecting_logger("noacct-usage")
+    monkeypatch.setattr(type(op), "log", property(lambda self: logger))
+    op.execute_complete(ctx, payload)
+    assert "npa_usage" in ctx["ti"].pushed and ctx["ti"].pushed["npa_usage"] is None
+    assert collected.lines[-1] == "GPU usage: unknown (the cluster keeps no accounting)"
+
+
 def test_a_failing_program_fails_with_its_exit_code_and_log_tail(slurm_cluster):
     from airflow.sdk.exceptions import AirflowFailException
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from npa_airflow.common.retry import Backoff
@@ -77,11 +78,15 @@ def ended_before_accounting(
     """squeue's answer for the candidates (end record found, sacct has no end) that it shows COMPLETED.
 
     Only COMPLETED is taken early: it is final (never requeued) and means exit code 0. A failed job's exit code
-    and reason come from sacct, so any other end waits for accounting.
+    and reason come from sacct, so any other end waits for accounting. squeue says nothing of usage: the job keeps
+    that of sacct's RUNNING record, its elapsed time counted to that sacct (the end, give or take the round trip,
+    unless accounting stalled before it); after a PENDING record (the start never recorded) it is unknown.
     """
     early = {}
     for job_id in candidates:
         now, before = live.get(job_id), accounted.get(job_id)
         if now is not None and now.state is JobState.COMPLETE and (before is None or not before.state.is_terminal):
+            if before is not None and before.state is JobState.RUNNING:
+                now = replace(now, usage=before.usage)
             early[job_id] = now
     return early

@@ -50,7 +50,8 @@ def _aggregate(base: str, members: list[records.SlurmJobInfo]) -> records.SlurmJ
     """One answer for an array or het job asked for by its base id: the least finished member decides.
 
     Any member still queued/running -> that state (RUNNING before PENDING before UNKNOWN); all finished
-    -> ERROR if any failed, else CANCELED if any was cancelled, else COMPLETE.
+    -> ERROR if any failed, else CANCELED if any was cancelled, else COMPLETE. No usage: each member is an
+    allocation of its own (ask for the members).
     """
     order = (JobState.RUNNING, JobState.PENDING, JobState.UNKNOWN, JobState.ERROR, JobState.CANCELED)
     decider = next((m for state in order for m in members if m.state is state), members[-1])
@@ -101,8 +102,8 @@ def _index(rows: list[tuple[str, records.SlurmJobInfo]]) -> dict[str, records.Sl
 def parse_sacct(stdout: str, fields: Sequence[str] = records.SACCT_FIELDS) -> dict[str, records.SlurmJobInfo]:
     """Rows of ``sacct -X --parsable2 --noheader -o <fields>`` keyed by JobID.
 
-    ``fields`` is :data:`records.SACCT_FIELDS` (state queries; JobName last) or :data:`records.FIND_SACCT_FIELDS`
-    (name lookups: submit time and comment after it, the comment last).
+    ``fields`` is :data:`records.SACCT_FIELDS` (state queries, with each job's usage; JobName last) or
+    :data:`records.FIND_SACCT_FIELDS` (name lookups: submit time and comment after the name, the comment last).
     With ``--duplicates`` (or after a job-id reset) one id can have several records, e.g. REQUEUED then
     RUNNING: the last one wins (sacct prints them oldest first). Step rows (``123.batch``) are skipped.
     See :func:`_index` for the raw-id and base-id lookups of array and het jobs.
@@ -115,28 +116,55 @@ def parse_sacct(stdout: str, fields: Sequence[str] = records.SACCT_FIELDS) -> di
                 f"sacct line {quote_output(line)} does not have the {len(fields)} fields {','.join(fields)}; "
                 f"whole output {quote_output(stdout)}"
             )
-        raw_id, job_id, state_text, exit_text, nodes, reason, name, *owner = parts
+        row = dict(zip(fields, parts, strict=True))
+        job_id = row["JobID"]
         if "." in job_id:
             continue
         if not re.match(r"[0-9]+", job_id):
             raise NpaParseError(f"sacct line {quote_output(line)} has no job id; output {quote_output(stdout)}")
-        native = normalize_native_state(state_text)
+        native = normalize_native_state(row["State"])
         state = interpret_native_state(native)
-        exit_code, signal = parse_exit_code(exit_text) if state.is_terminal else (None, None)
+        exit_code, signal = parse_exit_code(row["ExitCode"]) if state.is_terminal else (None, None)
         info = records.SlurmJobInfo(
             job_id=job_id,
             native_state=native,
             state=state,
             exit_code=exit_code,
             signal=signal,
-            job_name=none_if(name),
-            node_list=none_if(nodes, "None assigned", "(null)"),
-            reason=none_if(reason, "None"),
+            job_name=none_if(row["JobName"]),
+            node_list=none_if(row["NodeList"], "None assigned", "(null)"),
+            reason=none_if(row["Reason"], "None"),
             source="sacct",
-            **_owner_fields(owner),
+            usage=_usage_of(row),
+            **_owner_fields([row[k] for k in ("Submit", "Comment") if k in row]),
         )
-        rows.append((raw_id, info))
+        rows.append((row["JobIDRaw"], info))
     return _index(rows)
+
+
+def parse_alloc_tres(text: str) -> tuple[int, int]:
+    """(GPUs, nodes) of sacct's AllocTRES, e.g. ``billing=2,cpu=2,gres/gpu=16,mem=1000M,node=2`` -> (16, 2).
+
+    Empty (a job not started yet) is (0, 0). A site that tracks GPU types has ``gres/gpu:h100=16``; when it
+    tracks ``gres/gpu`` as well, that is the total (the typed counts repeat it), else the typed counts add up.
+    Pairs that are not ``name=count`` are skipped.
+    """
+    counts: dict[str, int] = {}
+    for pair in text.split(","):
+        name, _, value = pair.strip().partition("=")
+        if value.isdigit():
+            counts[name] = int(value)
+    typed = sum(n for name, n in counts.items() if name.startswith("gres/gpu:"))
+    return counts.get("gres/gpu", typed), counts.get("node", 0)
+
+
+def _usage_of(row: dict[str, str]) -> records.JobUsage | None:
+    """The usage in a state query's row; None for a row without it (a name lookup) or an unreadable ElapsedRaw."""
+    elapsed = row.get("ElapsedRaw", "")
+    if "AllocTRES" not in row or not elapsed.isdigit():
+        return None
+    gpus, nodes = parse_alloc_tres(row["AllocTRES"])
+    return records.JobUsage(gpus=gpus, nodes=nodes, elapsed_seconds=int(elapsed))
 
 
 def parse_squeue(stdout: str, fields: Sequence[str] = records.SQUEUE_FIELDS) -> dict[str, records.SlurmJobInfo]:

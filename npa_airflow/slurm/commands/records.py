@@ -10,14 +10,17 @@ from dataclasses import dataclass
 from npa_airflow.common.states import JobState
 
 # JobName goes last and the parser splits at most len-1 times, so a '|' in a foreign job name cannot
-# shift columns. Reason values are scheduler tokens (no '|').
-SACCT_FIELDS = ("JobIDRaw", "JobID", "State", "ExitCode", "NodeList", "Reason", "JobName")
+# shift columns. Reason values are scheduler tokens (no '|'), AllocTRES is "name=count" pairs joined by ','.
+_SACCT_STATE = ("JobIDRaw", "JobID", "State", "ExitCode", "NodeList", "Reason")
+# The state query also reads what the job was given and how long it ran (JobUsage), in the same sacct. Without
+# --duplicates sacct prints one record per job, its last run's: a job Slurm requeued counts that run only.
+SACCT_FIELDS = (*_SACCT_STATE, "ElapsedRaw", "AllocTRES", "JobName")
 # squeue: %i display id (123_4, 123+0), %A raw id, %T extended state, %r reason, %N nodes, %j name.
 SQUEUE_FIELDS = ("%i", "%A", "%T", "%r", "%N", "%j")
 SQUEUE_FORMAT = "|".join(SQUEUE_FIELDS)
 # Name lookups also read when a job was submitted (epoch seconds under SLURM_TIME_FORMAT=%s) and its comment, the
 # proof of its owner (`npa_airflow.common.deployment`); the comment comes last, so it may hold any character.
-FIND_SACCT_FIELDS = (*SACCT_FIELDS, "Submit", "Comment")
+FIND_SACCT_FIELDS = (*_SACCT_STATE, "JobName", "Submit", "Comment")  # no usage: an owner check needs none
 FIND_SQUEUE_FIELDS = (*SQUEUE_FIELDS, "%V", "%k")
 
 # First line of a squeue that checks for --only-job-state itself: "NPA-SQUEUE-FORM only-job-state" or "... full".
@@ -43,6 +46,31 @@ class SubmitResult:
 
 
 @dataclass(frozen=True)
+class JobUsage:
+    """What accounting says a job was allocated and how long it ran (sacct's AllocTRES and ElapsedRaw).
+
+    A pending job has none of either (0, 0, 0); a running one's elapsed time counts up to the sacct that read it.
+    """
+
+    gpus: int  # gres/gpu in AllocTRES (every type together); 0 = no GPU
+    nodes: int  # node in AllocTRES
+    elapsed_seconds: int  # ElapsedRaw: the job's last run (see SACCT_FIELDS)
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.elapsed_seconds / 3600
+
+    def to_dict(self) -> dict[str, int | float]:
+        """The JSON shape of trigger events and XCom ``npa_usage``."""
+        return {
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "elapsed_seconds": self.elapsed_seconds,
+            "gpu_hours": self.gpu_hours,
+        }
+
+
+@dataclass(frozen=True)
 class SlurmJobInfo:
     job_id: str  # as Slurm displays it: "123", "123_4" (array task), "123+0" (het component)
     native_state: str  # normalised first word: "CANCELLED by 0" -> "CANCELLED"
@@ -57,6 +85,8 @@ class SlurmJobInfo:
     # Slurm's submit time (epoch seconds).
     comment: str | None = None
     submitted_at: float | None = None
+    # sacct's state query only: None is unknown (squeue, scontrol and end records do not say; nor a name lookup)
+    usage: JobUsage | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +97,7 @@ class JobQuery:
     absent: frozenset[str] = frozenset()
     end_records_checked: frozenset[str] = frozenset()  # ids asked about because their end record exists
     ended_before_accounting: frozenset[str] = frozenset()  # of those, the ids squeue settled as COMPLETED
+    accounting: bool = True  # False: the cluster keeps none (states from squeue, scontrol, end records; no usage)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ code of its program, `npa_airflow.slurm.commands.end_records`) for good. So:
   failure, killed), and how is lost with slurmctld's record. That is an error with that explanation, never a
   success;
 - a job squeue no longer shows whose end record is not known (no results directory): absent, as on any cluster.
+What a job was allocated and how long it ran is accounting's alone: its usage is unknown here (None).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def settle(
             absent.add(job_id)
         else:
             states[job_id] = _from_record(job_id, record, code)
-    return JobQuery(states, frozenset(absent))
+    return JobQuery(states, frozenset(absent), accounting=False)
 
 
 def _with_exit_code(info: SlurmJobInfo, code: int | None, detail: SlurmJobInfo | None) -> SlurmJobInfo:

@@ -3,7 +3,8 @@ for each event).
 
 Success returns the handle; a wait that ended first (deadline, a reason that never clears, a lost job) cancels and
 fails; a cancel by Airflow of an adopted job restarts the try; a failure is classified: infrastructure (retried
-without its bad nodes) or program (not retried).
+without its bad nodes) or program (not retried). Whatever the outcome, the job's GPU-hours (the event's usage) go to
+XCom `npa_usage` and one line of the task log before any failure is raised.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from npa_airflow.common import xcom_keys
 from npa_airflow.common.secret_masking import redact_text
 from npa_airflow.slurm.operators.bad_nodes import forget_bad_nodes, record_bad_nodes
 from npa_airflow.slurm.operators.job import fail_task
 from npa_airflow.slurm.operators.outcome import classify_failure, read_log_tail
 from npa_airflow.slurm.triggers import event_handle, validate_event
+from npa_airflow.slurm.watch.trigger_events import event_usage, usage_line
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -61,7 +64,9 @@ class Completion:
             self.this_try.done = True
             forget_bad_nodes(self.context, self.log)
             self.log.info("%s completed", job)
+            self._report_usage(event)
             return handle.to_dict()
+        self._report_usage(event)  # before any outcome raises: a failed job used its GPUs too
         hook = self.this_try.hook_for(handle)
         if status in ("deadline", "unsatisfiable", "vanished"):
             self.this_try.done = True
@@ -73,6 +78,12 @@ class Completion:
         if status == "marker_missing":
             raise AirflowFailException(f"{event['message']}\n--- last lines of the job's output ---\n{tail}")
         return self._fail_for_failed_job(hook, event, handle, tail)
+
+    def _report_usage(self, event: dict[str, Any]) -> None:
+        """The job's GPU-hours to XCom `npa_usage` (None when unknown) and one line of the task log."""
+        usage, unknown = event_usage(event)
+        self.context["ti"].xcom_push(key=xcom_keys.USAGE, value=usage.to_dict() if usage else None)
+        self.log.info("%s", usage_line(usage, unknown))
 
     def _accept_event(self, event: Any) -> tuple[SlurmJobHandle, str]:
         try:

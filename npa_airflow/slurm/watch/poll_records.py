@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from npa_airflow.common.states import JobState
@@ -50,15 +50,17 @@ class PollUpdate:
     error: str | None = None
     logs_drained: bool = True  # False while a finished job still has unread log bytes
     absent_for: float | None = None  # seconds sacct and squeue have both answered without the job, in a row
+    accounting: bool = True  # False: the cluster keeps no accounting (the job's usage is never known)
 
     def quiet_signature(self) -> tuple[JobState, SlurmJobInfo] | None:
         """What this update says when it carries nothing but the job's state (no log bytes, no error, not
-        absent, not ended); None otherwise. A trigger is not woken for a quiet update equal to its last one."""
+        absent, not ended); None otherwise. A trigger is not woken for a quiet update equal to its last one.
+        The usage is left out: a running job's elapsed time grows at every sacct, and only its end's is told."""
         if self.info is None or self.error or self.absent_for is not None or not self.logs_drained:
             return None
         if self.state.is_terminal or any(chunk.data for chunk in self.chunks):
             return None
-        return self.state, self.info
+        return self.state, replace(self.info, usage=None)
 
 
 @dataclass(eq=False)

@@ -26,6 +26,7 @@ import contextvars
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common.per_loop import PerLoop
@@ -251,7 +252,7 @@ class SlurmPoller(LogTailing, OffsetBookkeeping):
             mine = tuple(chunks.get(id(reg), ()))
             tailed_error = log_error if reg in tailing else None
             update = self._update_for(reg, cycle_no, infos.get(reg.job_id), mine, reg in tailing, tailed_error)
-            self._publish(reg, update)
+            self._publish(reg, replace(update, accounting=query.accounting))
 
     async def _query_states(self, regs: Sequence[Registration], cycle_no: int) -> JobQuery | None:
         """The ONE state query of a cycle; None (after telling every registration) when it failed."""

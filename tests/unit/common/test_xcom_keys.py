@@ -14,6 +14,7 @@ STORED = {
     "BURST_JOB": "burst_job",
     "TRIGGER_CLAIM": "npa_trigger_claim",
     "BURST_LOG_LINES": "npa_burst_log_lines",
+    "USAGE": "npa_usage",
 }
 
 

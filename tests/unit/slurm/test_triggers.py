@@ -17,6 +17,7 @@ from airflow.models.trigger import Trigger
 
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaValidationError
+from npa_airflow.slurm.commands import JobUsage
 from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.triggers import (
     SlurmJobTrigger,
@@ -25,6 +26,7 @@ from npa_airflow.slurm.triggers import (
     validate_event,
 )
 from npa_airflow.slurm.watch.poller import get_poller, offsets_file_for, reset_pollers
+from npa_airflow.slurm.watch.trigger_events import ENDED_FIRST, event_usage, usage_line
 from tests.harness.cluster_double import LocalClusterDouble
 from tests.supervisor_double import install_supervisor, run_for_task_instance
 
@@ -185,6 +187,60 @@ async def test_failure_event_carries_exit_code_and_log_tail(tmp_path, double):
     assert event.payload["status"] == "failed"
     assert event.payload["native_state"] == "FAILED"
     assert event.payload["log_tail"].endswith("Traceback: boom")
+
+
+async def test_the_end_event_carries_the_jobs_usage_success_and_failure_alike(tmp_path, double):
+    for state, status in ((JobState.COMPLETE, "success"), (JobState.ERROR, "failed")):
+        double.states["42"] = state
+        double.usage["42"] = JobUsage(gpus=16, nodes=2, elapsed_seconds=480)
+        event = await first_event(make_trigger(handle_for(tmp_path), double), double)
+        assert event.payload["status"] == status
+        assert event.payload["usage"] == {"gpus": 16, "nodes": 2, "elapsed_seconds": 480, "gpu_hours": 16 * 480 / 3600}
+        assert "usage_unknown" not in event.payload
+        validate_event(event.payload)
+        reset_pollers()
+
+
+@pytest.mark.parametrize(
+    ("accounting", "why"),
+    [(False, "the cluster keeps no accounting"), (True, "accounting has no record of the job's allocation")],
+)
+async def test_an_end_without_accounting_s_record_says_why_its_usage_is_unknown(tmp_path, double, accounting, why):
+    double.states["42"], double.accounting = JobState.COMPLETE, accounting
+    event = await first_event(make_trigger(handle_for(tmp_path), double), double)
+    assert (event.payload["usage"], event.payload["usage_unknown"]) == (None, why)
+
+
+async def test_a_wait_that_ends_before_the_job_tells_no_usage(tmp_path, double):
+    double.states["42"] = JobState.RUNNING
+    double.usage["42"] = JobUsage(gpus=8, nodes=1, elapsed_seconds=30)  # so far: the job goes on until cancelled
+    trigger = make_trigger(handle_for(tmp_path), double, deadline=time.time() + 0.3)
+    event = await first_event(trigger, double)
+    assert event.payload["status"] == "deadline"
+    assert (event.payload["usage"], event.payload["usage_unknown"]) == (None, ENDED_FIRST)
+
+
+@pytest.mark.parametrize(
+    ("usage", "line"),
+    [
+        (JobUsage(16, 2, 480), "GPU usage: 2.13 GPU-hours (16 GPUs on 2 nodes x 8 min 0 s)"),
+        (JobUsage(1, 1, 20), "GPU usage: 0.01 GPU-hours (1 GPU on 1 node x 20 s)"),
+        (JobUsage(0, 1, 93784), "GPU usage: 0.00 GPU-hours (0 GPUs on 1 node x 26 h 3 min 4 s)"),
+    ],
+)
+def test_the_usage_line(usage, line):
+    assert usage_line(usage, "") == line
+
+
+def test_an_events_usage_is_read_back_checked():
+    assert event_usage({"usage": JobUsage(16, 2, 480).to_dict()}) == (JobUsage(16, 2, 480), "")
+    assert event_usage({"usage": None, "usage_unknown": "the cluster keeps no accounting"}) == (
+        None, "the cluster keeps no accounting",
+    )  # fmt: skip
+    for bad in ({"gpus": "16", "nodes": 2, "elapsed_seconds": 1}, {"gpus": -1, "nodes": 2, "elapsed_seconds": 1}):
+        assert event_usage({"usage": bad}) == (None, "the wait reported none")
+    assert event_usage({}) == (None, "the wait reported none")  # an event of an earlier release
+    assert usage_line(None, "the cluster keeps no accounting") == "GPU usage: unknown (the cluster keeps no accounting)"
 
 
 async def test_cancelled_outside_is_reported_as_canceled(tmp_path, double):

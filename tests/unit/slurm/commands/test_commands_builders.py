@@ -7,7 +7,8 @@ import pytest
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm import commands as c
 
-FIELDS = "JobIDRaw,JobID,State,ExitCode,NodeList,Reason,JobName"
+FIELDS = "JobIDRaw,JobID,State,ExitCode,NodeList,Reason,ElapsedRaw,AllocTRES,JobName"  # with the job's usage
+FIND_FIELDS = "JobIDRaw,JobID,State,ExitCode,NodeList,Reason,JobName,Submit,Comment"  # no usage: owners only
 
 
 def test_build_sbatch_submit():
@@ -44,7 +45,7 @@ def test_build_squeue_states():
 def test_find_by_name_builders_ask_for_this_user_s_jobs_with_submit_time_and_comment():
     assert c.build_find_by_name_sacct(["npa-a-t1", "npa-a-t2"], "npa") == [
         "env", "SLURM_TIME_FORMAT=%s", "sacct", "-X", "--parsable2", "--noheader",
-        "-o", f"{FIELDS},Submit,Comment", "-S", "now-7days", "--user=npa", "--name=npa-a-t1,npa-a-t2",
+        "-o", FIND_FIELDS, "-S", "now-7days", "--user=npa", "--name=npa-a-t1,npa-a-t2",
     ]  # fmt: skip
     assert c.build_find_by_name_squeue(["npa-a-t1"], "npa", "b") == [
         "env", "SLURM_TIME_FORMAT=%s", "squeue", "-h", "-t", "all", "-M", "b", "--user=npa", "--name=npa-a-t1",

@@ -36,15 +36,15 @@ def test_parse_sbatch_submit_rejects_and_quotes_input(stdout):
 
 
 SACCT_MIXED = """\
-101|101|COMPLETED|0:0|c1|None|npa-a-t1
-102|102|FAILED|7:0|c2|None|npa-b-t1
-103|103|CANCELLED by 0|0:15|c1|None|npa-c-t1
-104|104|CANCELLED+|0:0|c1|None|npa-d-t1
-105|105|PENDING|0:0|None assigned|Priority|npa-e-t1
-107|106_4|RUNNING|0:0|c2|None|arr
-110|110+0|RUNNING|0:0|g1|None|het
-111|110+1|RUNNING|0:0|g2|None|het
-112|112|NODE_FAIL|0:0|g[1-2]|None|name|with|pipes
+101|101|COMPLETED|0:0|c1|None|5|cpu=1,node=1|npa-a-t1
+102|102|FAILED|7:0|c2|None|5|cpu=1,node=1|npa-b-t1
+103|103|CANCELLED by 0|0:15|c1|None|5|cpu=1,node=1|npa-c-t1
+104|104|CANCELLED+|0:0|c1|None|5|cpu=1,node=1|npa-d-t1
+105|105|PENDING|0:0|None assigned|Priority|0||npa-e-t1
+107|106_4|RUNNING|0:0|c2|None|5|cpu=1,node=1|arr
+110|110+0|RUNNING|0:0|g1|None|5|cpu=1,node=1|het
+111|110+1|RUNNING|0:0|g2|None|5|cpu=1,node=1|het
+112|112|NODE_FAIL|0:0|g[1-2]|None|5|cpu=1,node=1|name|with|pipes
 """
 
 
@@ -52,7 +52,7 @@ def test_parse_sacct_mixed():
     infos = c.parse_sacct(SACCT_MIXED)
     assert infos["101"] == c.SlurmJobInfo(
         job_id="101", native_state="COMPLETED", state=JobState.COMPLETE, exit_code=0, signal=0,
-        job_name="npa-a-t1", node_list="c1", reason=None, source="sacct",
+        job_name="npa-a-t1", node_list="c1", reason=None, source="sacct", usage=c.JobUsage(0, 1, 5),
     )  # fmt: skip
     assert (infos["102"].state, infos["102"].exit_code, infos["102"].signal) == (JobState.ERROR, 7, 0)
     assert (infos["103"].native_state, infos["103"].state, infos["103"].signal) == (
@@ -75,27 +75,70 @@ def test_parse_sacct_mixed():
 
 
 def test_parse_sacct_requeued_duplicates_last_record_wins():
-    out = "200|200|NODE_FAIL|0:0|g1|None|job\n200|200|REQUEUED|0:0|g1|None|job\n200|200|RUNNING|0:0|g2|None|job\n"
+    out = (
+        "200|200|NODE_FAIL|0:0|g1|None|5|cpu=1,node=1|job\n200|200|REQUEUED|0:0|g1|None|5|cpu=1,node=1|job\n"
+        "200|200|RUNNING|0:0|g2|None|5|cpu=1,node=1|job\n"
+    )
     info = c.parse_sacct(out)["200"]
     assert (info.native_state, info.state, info.node_list) == ("RUNNING", JobState.RUNNING, "g2")
 
 
 def test_parse_sacct_skips_steps_and_blank_lines():
-    out = "\n300|300|FAILED|1:0|c1|None|j\n300.batch|300.batch|FAILED|1:0|c1||batch\n"
+    out = "\n300|300|FAILED|1:0|c1|None|5|cpu=1,node=1|j\n300.batch|300.batch|FAILED|1:0|c1||5|cpu=1,node=1|batch\n"
     assert list(c.parse_sacct(out)) == ["300"]
     assert c.parse_sacct("") == {}
 
 
-@pytest.mark.parametrize("bad", ["1|2|3\n", "x|y|RUNNING|0:0|c1|None|n\n"])
+@pytest.mark.parametrize("bad", ["1|2|3\n", "x|y|RUNNING|0:0|c1|None|5|cpu=1,node=1|n\n"])
 def test_parse_sacct_rejects_and_quotes(bad):
     with pytest.raises(NpaParseError, match="sacct line"):
         c.parse_sacct(bad)
 
 
 def test_parse_sacct_unknown_state_is_unknown_not_crash():
-    info = c.parse_sacct("9|9|FROBNICATED|0:0|c1|None|n\n")["9"]
+    info = c.parse_sacct("9|9|FROBNICATED|0:0|c1|None|5|cpu=1,node=1|n\n")["9"]
     assert info.state is JobState.UNKNOWN
     assert info.native_state == "FROBNICATED"
+
+
+@pytest.mark.parametrize(
+    ("alloc", "gpus_nodes"),
+    [
+        ("billing=2,cpu=2,gres/gpu=16,mem=1000M,node=2", (16, 2)),
+        ("billing=16,cpu=16,gres/gpu:h100=16,mem=64G,node=2", (16, 2)),  # a site that tracks GPU types only
+        ("cpu=8,gres/gpu:a100=4,gres/gpu:v100=2,node=2", (6, 2)),  # two types in one job: they add up
+        ("cpu=8,gres/gpu=8,gres/gpu:h100=8,node=1", (8, 1)),  # gres/gpu tracked as well: it is the total
+        ("billing=1,cpu=1,mem=8G,node=1", (0, 1)),  # no GPU
+        ("", (0, 0)),  # pending: nothing allocated yet
+        ("cpu=1,gres/gpu=,node=x,junk", (0, 0)),  # unreadable pairs are skipped, never guessed
+    ],
+)
+def test_alloc_tres_gpus_and_nodes(alloc, gpus_nodes):
+    assert c.parse_alloc_tres(alloc) == gpus_nodes
+
+
+def test_the_state_query_reads_each_jobs_usage():
+    infos = c.parse_sacct(
+        "5|5|RUNNING|0:0|g[1-2]|None|480|billing=2,cpu=2,gres/gpu:h100=16,mem=1000M,node=2|train\n"
+        "6|6|PENDING|0:0|None assigned|Resources|0||queued\n"
+        "7|7|RUNNING|0:0|c1|None||cpu=1,node=1|odd\n"
+    )
+    running = infos["5"].usage
+    assert running == c.JobUsage(gpus=16, nodes=2, elapsed_seconds=480)
+    assert running.to_dict() == {"gpus": 16, "nodes": 2, "elapsed_seconds": 480, "gpu_hours": 16 * 480 / 3600}
+    assert infos["6"].usage == c.JobUsage(0, 0, 0)  # pending: none used
+    assert infos["7"].usage is None  # no ElapsedRaw: unknown, not zero
+
+
+def test_usage_is_unknown_where_the_answer_says_nothing_of_it():
+    """squeue, a name lookup and the combined answer of an array (separate allocations) carry no usage."""
+    assert c.parse_squeue("5|5|RUNNING|None|g1|train\n")["5"].usage is None
+    found = c.parse_sacct("5|5|COMPLETED|0:0|c1|None|train|1796423060|\n", c.FIND_SACCT_FIELDS)
+    assert found["5"].usage is None and found["5"].submitted_at == 1796423060
+    array = c.parse_sacct(
+        "8|7_1|COMPLETED|0:0|c1|None|3|cpu=1,node=1|a\n7|7_2|COMPLETED|0:0|c1|None|4|cpu=1,node=1|a\n"
+    )
+    assert array["7_1"].usage == c.JobUsage(0, 1, 3) and array["7"].usage is None
 
 
 @pytest.mark.parametrize(

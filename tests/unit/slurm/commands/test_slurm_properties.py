@@ -15,9 +15,9 @@ from npa_airflow.slurm.submit.scripts import render_sbatch
 from npa_airflow.slurm.submit.spec import SbatchSpec
 
 SAMPLE_LINES = [
-    "15|15|COMPLETED|0:0|c2|None|npa-sample-ok",
-    "18|18|CANCELLED by 1001|0:0|c1|None|x",
-    "26|22_1|COMPLETED|0:0|c1|None|arr",
+    "15|15|COMPLETED|0:0|c2|None|5|cpu=1,node=1|npa-sample-ok",
+    "18|18|CANCELLED by 1001|0:0|c1|None|5|cpu=1,node=1|x",
+    "26|22_1|COMPLETED|0:0|c1|None|5|cpu=1,node=1|arr",
     "22_[1-3]|42|PENDING|JobHeldUser||wrap",
     "NPA-TAIL 0 5",
     "CLUSTER: npa",

@@ -95,11 +95,32 @@ def test_sacct_sample_every_outcome(version):
     assert all(v.source == "sacct" for v in infos.values())
 
 
+def test_sacct_sample_usage(version):
+    """What each job was allocated and how long it ran: the GPU job's 2 nodes x 8 GPUs, a CPU job's node, nothing
+    for a job still pending (empty AllocTRES), none for an array asked for by its base id."""
+    infos = c.parse_sacct(sample(version, "sacct_states.txt"))
+    gpus = one(infos, "gpus").usage
+    assert (gpus.gpus, gpus.nodes) == (16, 2) and gpus.elapsed_seconds > 0
+    assert gpus.gpu_hours == 16 * gpus.elapsed_seconds / 3600
+    ok = one(infos, "ok").usage
+    assert (ok.gpus, ok.nodes) == (0, 1)
+    assert one(infos, "held").usage == c.JobUsage(0, 0, 0)  # never started
+    requeued = one(infos, "requeue").usage
+    assert requeued is not None and (requeued.gpus, requeued.nodes) == (0, 0)  # pending again, nothing allocated
+    array = [a for a in named(infos, "array") if "_" in a.job_id]
+    assert all(a.usage is not None and a.usage.nodes == 1 for a in array)
+    assert infos[array[0].job_id.split("_")[0]].usage is None
+
+
 def test_sacct_requeue_duplicates_sample_last_record_wins(version):
     text = sample(version, "sacct_requeue_duplicates.txt")
     assert [line.split("|")[2] for line in text.splitlines()] == ["REQUEUED", "CANCELLED by 1001"]
     info = one(c.parse_sacct(text), "requeue")
     assert (info.native_state, info.state) == ("CANCELLED", JobState.CANCELED)
+    # The run before the requeue is in the first record only, which sacct prints with --duplicates: the state
+    # query (without it) counts the last run's time, never the sum.
+    last_elapsed = int(text.splitlines()[-1].split("|")[6])
+    assert info.usage is not None and info.usage.elapsed_seconds == last_elapsed
 
 
 def test_sacct_default_width_sample_truncated_state(version):
@@ -113,8 +134,8 @@ def test_find_by_name_samples(version):
     """Slurm's default AccountingStoreFlags: sacct has no comments, squeue always shows them (one holding the
     field separator); both give the submit time as epoch seconds."""
     by_sacct = c.parse_sacct(sample(version, "sacct_find_by_name.txt"), c.FIND_SACCT_FIELDS)
-    assert [(v.job_name, v.state, v.comment) for v in by_sacct.values()] == [
-        ("npa-sample-find-ok", JobState.COMPLETE, None)
+    assert [(v.job_name, v.state, v.comment, v.usage) for v in by_sacct.values()] == [
+        ("npa-sample-find-ok", JobState.COMPLETE, None, None)  # a lookup by name reads no usage
     ]
     by_squeue = c.parse_squeue(sample(version, "squeue_find_by_name.txt"), c.FIND_SQUEUE_FIELDS)
     assert [(v.job_name, v.state, v.comment) for v in by_squeue.values()] == [

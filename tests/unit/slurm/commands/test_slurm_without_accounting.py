@@ -215,6 +215,8 @@ async def test_the_state_query_learns_once_that_there_is_no_accounting_then_runs
     assert tools.calls("scontrol") == ["--oneliner show job 3"] * 2, "only the failed job without an exit code"
     assert [first.states[i].exit_code for i in ("1", "2", "3")] == [0, 7, 7]
     assert first.states["4"].state is JobState.CANCELED and first.states["6"].state is JobState.RUNNING
+    # no accounting, no usage: the query says so, and no job's is made up
+    assert not first.accounting and {info.usage for info in first.states.values()} == {None}
     # the sacct that taught it, then per query: squeue with the records in one round trip, then scontrol's
     assert len(tools.round_trips) == 1 + 2 * 2
 
@@ -226,6 +228,7 @@ async def test_a_job_slurmctld_forgot_is_settled_from_its_end_record_by_the_hook
     tools = Tools(tmp_path, {"sacct": SACCT_DISABLED, "squeue": (0, SQUEUE_PURGED, "")})
     query = await tools.hook().aquery_jobs(["1", "4", "6"], end_record_paths=records)
     assert query.states["1"].state is JobState.COMPLETE and query.states["1"].source == "end_record"
+    assert query.states["1"].usage is None and not query.accounting
     assert query.states["4"].state is JobState.ERROR and "no end record" in (query.states["4"].reason or "")
     assert query.states["6"].state is JobState.RUNNING and query.absent == frozenset()
 

@@ -5,9 +5,14 @@ Run against a running bed (``dev/cluster [--slurm VERSION] up``); the output goe
     .venv/bin/python tests/unit/slurm/samples/capture_samples.py [--slurm 24.11] [find]
 
 It submits a handful of tiny CPU jobs (complete, exit 7, killed by a signal, cancelled while running,
-held, array, het, requeued), waits for them to settle and writes each tool's output, built by the same
-builders the hook uses, to ``*.txt`` files that the parser tests read (for every version recorded). The bed is
-the one `dev/cluster env` names (``--slurm`` or NPA_SLURM_VERSION choose it). Nothing here runs during pytest.
+held, array, het, requeued) and one GPU job (2 nodes x 8 GPUs), waits for them to settle and writes each tool's
+output, built by the same builders the hook uses, to ``*.txt`` files that the parser tests read (for every version
+recorded). The bed is the one `dev/cluster env` names (``--slurm`` or NPA_SLURM_VERSION choose it). Nothing here
+runs during pytest.
+
+Written by hand, until recorded again on both beds: the ElapsedRaw and AllocTRES columns of sacct_states.txt and
+sacct_requeue_duplicates.txt (the state query reads them for the jobs' GPU-hours) and the npa-sample-gpus line,
+AllocTRES from what the bed's jobcomp.txt records for the same requests, in sacct's order.
 """
 
 from __future__ import annotations
@@ -51,8 +56,8 @@ def remote(command: list[str] | str, stdin: bytes | None = None) -> subprocess.C
     return subprocess.run([*SSH, line], input=stdin, capture_output=True, timeout=60, check=False, text=stdin is None)
 
 
-def submit(name: str, *args: str, script: str | None = None) -> str:
-    argv = ["sbatch", "--parsable", "-p", "cpu", "-J", f"{PREFIX}-{name}", "-o", "/dev/null", *args]
+def submit(name: str, *args: str, script: str | None = None, partition: str = "cpu") -> str:
+    argv = ["sbatch", "--parsable", "-p", partition, "-J", f"{PREFIX}-{name}", "-o", "/dev/null", *args]
     proc = subprocess.run(
         [*SSH, shlex.join(argv)], input=script, capture_output=True, text=True, timeout=60, check=False
     )
@@ -87,6 +92,8 @@ def main() -> None:
     array = submit("array", "--array=1-3", "--wrap", "sleep 2")
     het = submit("het", script="#!/bin/bash\n#SBATCH -n1\n#SBATCH hetjob\n#SBATCH -n1\nsrun true\n")
     requeue = submit("requeue", "--requeue", "--wrap", "sleep 120")
+    # AllocTRES with gres/gpu and node: the GPU-hours of the state query (the bed tracks gres/gpu)
+    gpus = submit("gpus", "-N", "2", "--gpus-per-node=8", "--wrap", "sleep 2", partition="gpu")
     sbatch_outputs.append(remote(["sbatch", "--parsable", "-p", "cpu", "-o", "/dev/null", "--hold", "--wrap", "true"]))
     held_array = remote(
         ["sbatch", "--parsable", "-p", "cpu", "-o", "/dev/null", "--array=1-3", "--hold", "--wrap", "true"]
@@ -94,7 +101,7 @@ def main() -> None:
     on_cluster = remote(
         ["sbatch", "--parsable", "-M", "npa", "-p", "cpu", "-o", "/dev/null", "--hold", "--wrap", "true"]
     )
-    ids = [ok, fail, killed, cancel, held, array, het, requeue]
+    ids = [ok, fail, killed, cancel, held, array, het, requeue, gpus]
 
     wait_for(cancel, {"RUNNING"})
     wait_for(requeue, {"RUNNING"})

@@ -128,7 +128,9 @@ def test_a_job_that_is_never_requeued_shreds_the_sidecar_on_any_exit(tmp_path):
 
 def test_a_node_fail_that_squeue_shows_queued_again_is_not_an_end():
     """As measured on the local cluster: sacct says NODE_FAIL ~4 s while squeue already says PENDING."""
-    accounted = c.parse_sacct("7|7|NODE_FAIL|1:0|c1|None|npa-x-t1\n8|8|NODE_FAIL|1:0|c2|None|npa-y-t1\n")
+    accounted = c.parse_sacct(
+        "7|7|NODE_FAIL|1:0|c1|None|5|cpu=1,node=1|npa-x-t1\n8|8|NODE_FAIL|1:0|c2|None|5|cpu=1,node=1|npa-y-t1\n"
+    )
     assert [c.may_run_again(accounted[i]) for i in ("7", "8")] == [True, True]
     live = c.parse_squeue("7|7|PENDING|BeginTime|(null)|npa-x-t1\n8|8|NODE_FAIL|NodeDown|c2|npa-y-t1\n")
     merged = c.merge_live_states(accounted, live, ["7", "8"])
@@ -136,7 +138,7 @@ def test_a_node_fail_that_squeue_shows_queued_again_is_not_an_end():
     assert merged["8"].state is JobState.ERROR and merged["8"].source == "sacct"  # not requeued: the end
     assert c.merge_live_states(accounted, {}, ["7"])["7"].native_state == "NODE_FAIL"  # squeue forgot it
     assert "7" not in c.merge_live_states(accounted, None, ["7"])  # slurmctld silent: unknown, not ended
-    failed = c.parse_sacct("9|9|FAILED|3:0|c1|None|npa-z-t1\n")["9"]
+    failed = c.parse_sacct("9|9|FAILED|3:0|c1|None|5|cpu=1,node=1|npa-z-t1\n")["9"]
     assert not c.may_run_again(failed)
 
 

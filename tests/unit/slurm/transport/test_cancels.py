@@ -51,14 +51,14 @@ async def test_a_job_that_already_ended_is_reported_as_ended():
 
 
 async def test_a_purged_job_counts_only_when_accounting_shows_it_finished():
-    finished = "7|7|COMPLETED|0:0|c1|None|job\n"
+    finished = "7|7|COMPLETED|0:0|c1|None|5|cpu=1,node=1|job\n"
     hook, _ = scripted({"scancel": (0, "", ""), "squeue": (1, "", INVALID_ID), "sacct": (0, finished, "")})
     assert await hook.acancel("7") == "ended"
 
 
 @pytest.mark.parametrize(
     ("sacct", "says"),
-    [("", "has no record of it"), ("7|7|RUNNING|0:0|c1|None|job\n", "still shows it RUNNING")],
+    [("", "has no record of it"), ("7|7|RUNNING|0:0|c1|None|5|cpu=1,node=1|job\n", "still shows it RUNNING")],
 )
 async def test_silent_scancel_of_a_job_slurmctld_does_not_know_is_no_cancel(sacct, says):
     """Slurm 22.05: `scancel <unknown id>` exits 0 without a word (samples/scancel_invalid.txt)."""
@@ -141,7 +141,7 @@ async def test_jobs_slurmctld_forgot_are_checked_in_one_sacct_and_only_they_fail
         if command.startswith("squeue"):
             return 0, "7|7|CANCELLED|None|c1|a\n", ""
         if command.startswith("sacct"):
-            return 0, "8|8|COMPLETED|0:0|c1|None|b\n", ""
+            return 0, "8|8|COMPLETED|0:0|c1|None|5|cpu=1,node=1|b\n", ""
         return 0, "", ""
 
     hook, sent = answering(answer)
@@ -203,7 +203,7 @@ async def test_a_batch_that_found_nothing_to_cancel_shreds_once_the_jobs_are_kno
             return 1, "", error
         if command.startswith("squeue"):
             return 1, "", INVALID_ID
-        return 0, "7|7|COMPLETED|0:0|c1|None|a\n8|8|COMPLETED|0:0|c1|None|b\n", ""
+        return 0, "7|7|COMPLETED|0:0|c1|None|5|cpu=1,node=1|a\n8|8|COMPLETED|0:0|c1|None|5|cpu=1,node=1|b\n", ""
 
     hook, _ = answering(answer)
     shredded: list[str] = []
@@ -362,8 +362,8 @@ async def test_a_named_cancel_whose_id_is_another_job_cancels_nothing():
 @pytest.mark.parametrize(
     ("sacct", "outcome"),
     [
-        ("7|7|COMPLETED|0:0|c1|None|npa-x-t1\n", "ended"),
-        ("7|7|COMPLETED|0:0|c1|None|other\n", "shows other COMPLETED"),
+        ("7|7|COMPLETED|0:0|c1|None|5|cpu=1,node=1|npa-x-t1\n", "ended"),
+        ("7|7|COMPLETED|0:0|c1|None|5|cpu=1,node=1|other\n", "shows other COMPLETED"),
         ("", "has no record of it"),
     ],
 )
@@ -379,8 +379,8 @@ async def test_a_named_cancel_of_an_id_slurmctld_does_not_know_for_this_user(sac
             await hook.acancel("7", job_name="npa-x-t1", shred=["/r/sidecars/npa-x-t1.env"])
         assert not [c for c in sent if "shred" in c]
     assert (
-        "sacct -X --parsable2 --noheader -o JobIDRaw,JobID,State,ExitCode,NodeList,Reason,JobName --user=npa -j 7"
-        in sent[1]
+        "sacct -X --parsable2 --noheader -o JobIDRaw,JobID,State,ExitCode,NodeList,Reason,ElapsedRaw,AllocTRES,"
+        "JobName --user=npa -j 7" in sent[1]
     )
     assert not [c for c in sent if c.startswith("scancel") or "; scancel" in c]
 

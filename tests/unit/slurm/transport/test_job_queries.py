@@ -14,6 +14,7 @@ import pytest
 
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaRemoteError
+from npa_airflow.slurm import commands
 from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 from tests.harness.scripted_slurm_tools import HELP_2205, HELP_2411, ScriptedSlurmTools
 
@@ -62,7 +63,8 @@ async def test_neither_tool_answering_is_an_error_not_an_absence(tmp_path, pendi
 
 # As the 24.11 bed answers: sacct has no pending reason, squeue has it.
 SACCT_2411 = (
-    "6|6|PENDING|0:0|None assigned|None|wrap\n5|5|PENDING|0:0|None assigned|None|wrap\n7|7|RUNNING|0:0|c1|None|wrap\n"
+    "6|6|PENDING|0:0|None assigned|None|0||wrap\n5|5|PENDING|0:0|None assigned|None|0||wrap\n"
+    "7|7|RUNNING|0:0|c1|None|5|cpu=1,node=1|wrap\n"
 )
 SQUEUE_2411 = "6|6|PENDING|DependencyNeverSatisfied||wrap\n5|5|PENDING|JobHeldUser||wrap\n"
 
@@ -150,10 +152,14 @@ async def test_a_job_whose_end_record_exists_while_sacct_says_running_is_settled
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "child_exit_code").write_text("0\n")
     records = {i: str(tmp_path / i / "child_exit_code") for i in ("7", "8", "9")}
-    sacct = "7|7|RUNNING|0:0|c1|None|a\n8|8|RUNNING|0:0|c1|None|b\n9|9|RUNNING|0:0|c1|None|c\n"
+    sacct = "".join(
+        f"{i}|{i}|RUNNING|0:0|c1|None|5|cpu=1,node=1|{n}\n" for i, n in (("7", "a"), ("8", "b"), ("9", "c"))
+    )
     tools = Tools(tmp_path, (0, sacct, ""), (0, "7|7|COMPLETED|None|c1|a\n", ""))
     query = await tools.hook().aquery_jobs(["7", "8", "9"], records)
     assert query.states["7"].state is JobState.COMPLETE and query.states["7"].source == "squeue"
+    # squeue tells no usage: the job keeps its RUNNING record's (elapsed counted to that sacct)
+    assert query.states["7"].usage == commands.JobUsage(gpus=0, nodes=1, elapsed_seconds=5) and query.accounting
     assert [query.states[i].state for i in ("8", "9")] == [JobState.RUNNING, JobState.RUNNING]
     assert query.end_records_checked == {"7"} and query.ended_before_accounting == {"7"}
     assert len(tools.round_trips) == 2 and tools.calls("squeue") == ["-h -t all --jobs=7 -o %i|%A|%T|%r|%N|%j"]
@@ -165,10 +171,11 @@ async def test_a_job_accounting_still_calls_pending_is_settled_by_squeue_once_it
     record = tmp_path / "child_exit_code"
     record.write_text("0\n")
     for n, pending in enumerate((["7"], [])):
-        answers = ((0, "7|7|PENDING|0:0|None assigned|None|a\n", ""), (0, "7|7|COMPLETED|None|c1|a\n", ""))
+        answers = ((0, "7|7|PENDING|0:0|None assigned|None|0||a\n", ""), (0, "7|7|COMPLETED|None|c1|a\n", ""))
         tools = Tools(tmp_path / str(n), *answers)
         query = await tools.hook().aquery_jobs(["7"], {"7": str(record)}, pending=pending)
         assert query.states["7"].state is JobState.COMPLETE, pending
+        assert query.states["7"].usage is None  # accounting never recorded the start: unknown, not zero
         assert query.end_records_checked == {"7"} and query.ended_before_accounting == {"7"}
         assert len(tools.round_trips) == (1 if pending else 2)
 
@@ -184,7 +191,7 @@ async def test_a_job_accounting_still_calls_pending_is_settled_by_squeue_once_it
 async def test_only_a_completed_answer_settles_a_job_early(tmp_path, squeue, state):
     record = tmp_path / "child_exit_code"
     record.write_text("0\n")
-    tools = Tools(tmp_path, (0, "7|7|RUNNING|0:0|c1|None|a\n", ""), (0, squeue, ""))
+    tools = Tools(tmp_path, (0, "7|7|RUNNING|0:0|c1|None|5|cpu=1,node=1|a\n", ""), (0, squeue, ""))
     query = await tools.hook().aquery_jobs(["7"], {"7": str(record)})
     assert query.states["7"].state is state and query.end_records_checked == {"7"}
     assert query.ended_before_accounting == frozenset()
@@ -192,7 +199,18 @@ async def test_only_a_completed_answer_settles_a_job_early(tmp_path, squeue, sta
 
 async def test_no_end_record_and_no_squeue_in_steady_state(tmp_path):
     records = {"7": str(tmp_path / "child_exit_code")}  # not written: the job runs
-    tools = Tools(tmp_path, (0, "7|7|RUNNING|0:0|c1|None|a\n", ""))
+    tools = Tools(tmp_path, (0, "7|7|RUNNING|0:0|c1|None|5|cpu=1,node=1|a\n", ""))
     query = await tools.hook().aquery_jobs(["7"], records)
     assert query.states["7"].state is JobState.RUNNING and query.end_records_checked == frozenset()
     assert len(tools.round_trips) == 1 and tools.calls("squeue") == [], "a running job costs slurmctld nothing"
+
+
+async def test_each_jobs_usage_rides_in_the_state_querys_one_sacct(tmp_path):
+    """AllocTRES and ElapsedRaw are fields of the sacct the poller runs anyway: no round trip of their own."""
+    sacct = "5|5|COMPLETED|0:0|g[1-2]|None|480|billing=2,cpu=2,gres/gpu=16,mem=8G,node=2|train\n"
+    tools = Tools(tmp_path, (0, sacct, ""))
+    query = await tools.hook().aquery_jobs(["5"])
+    assert query.states["5"].usage == commands.JobUsage(gpus=16, nodes=2, elapsed_seconds=480)
+    assert len(tools.round_trips) == 1 and tools.calls("squeue") == []
+    (call,) = tools.calls("sacct")
+    assert "-o JobIDRaw,JobID,State,ExitCode,NodeList,Reason,ElapsedRaw,AllocTRES,JobName -j 5" in call

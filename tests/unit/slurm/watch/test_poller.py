@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from npa_airflow.common.states import JobState
+from npa_airflow.slurm.commands import JobUsage
 from npa_airflow.slurm.watch import log_tail
 from npa_airflow.slurm.watch import poller as poller_mod
 from npa_airflow.slurm.watch.poller import SlurmPoller, get_poller, offsets_file_for, reset_pollers
@@ -86,6 +87,31 @@ async def test_a_trigger_is_woken_only_when_its_update_says_something_new(double
         (5, "PENDING", "Resources", False),
         (6, "RUNNING", "Resources", False),  # the double keeps the reason
     ]
+
+
+async def test_a_running_jobs_growing_elapsed_time_wakes_no_trigger_and_its_end_tells_its_usage(double):
+    """sacct counts a running job's elapsed time up to each query: no news for the trigger until the job ends."""
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    reg = poller.register("7")
+    double.states["7"] = JobState.RUNNING
+    for elapsed in (10, 12, 14):
+        double.usage["7"] = JobUsage(gpus=16, nodes=2, elapsed_seconds=elapsed)
+        await poller.cycle()
+    double.states["7"], double.usage["7"] = JobState.COMPLETE, JobUsage(gpus=16, nodes=2, elapsed_seconds=15)
+    await poller.cycle()
+    updates = drain(reg)
+    assert [(u.cycle, u.state) for u in updates] == [(1, JobState.RUNNING), (4, JobState.COMPLETE)]
+    assert updates[-1].info.usage == JobUsage(gpus=16, nodes=2, elapsed_seconds=15) and updates[-1].accounting
+    assert poller.stats.updates_withheld == 2
+
+
+async def test_an_update_says_whether_the_cluster_keeps_accounting(double):
+    poller = SlurmPoller("c1", lambda _: double, autostart=False)
+    reg = poller.register("7")
+    double.states["7"], double.accounting = JobState.COMPLETE, False
+    await poller.cycle()
+    (update,) = drain(reg)
+    assert not update.accounting and update.info.usage is None
 
 
 async def test_two_triggers_on_one_job_share_the_query_and_both_get_updates(double):
@@ -332,8 +358,10 @@ async def test_a_running_jobs_end_record_is_looked_for_and_settles_it_before_acc
     assert poller.stats.end_confirmations == 0  # no record yet: nothing asked of slurmctld
     record.write_text("0\n")
     double.controller["7"] = JobState.COMPLETE
+    double.usage["7"] = JobUsage(gpus=8, nodes=1, elapsed_seconds=60)  # sacct's RUNNING record, to that query
     await poller.cycle()
-    assert drain(reg)[-1].state is JobState.COMPLETE
+    ended = drain(reg)[-1]
+    assert ended.state is JobState.COMPLETE and ended.info.usage == JobUsage(gpus=8, nodes=1, elapsed_seconds=60)
     assert poller.stats.end_confirmations == 1 and poller.stats.ended_before_accounting == 1
     await poller.cycle()
     assert double.end_record_calls[-1] == {}, "an ended job's record is not looked for again"
