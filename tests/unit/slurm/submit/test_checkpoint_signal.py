@@ -255,9 +255,10 @@ def test_each_accepted_signal_reaches_the_command(tmp_path, signal):
     assert f"rank 0 got {signal}, 60 s before the limit" in proc.stdout
 
 
-def test_a_worker_in_a_session_of_its_own_is_reached_too(tmp_path):
-    """As under torchrun: the launching shell ignores the signal (its workers' Python handlers still catch it)."""
-    command = f"trap '' USR1\n{shlex.quote(sys.executable)} -c {shlex.quote(SESSION_WORKER)}"
+def test_a_worker_in_a_session_of_its_own_is_reached_and_the_commands_shell_outlives_the_signal(tmp_path):
+    """A Python program run by the command's shell, in a session of its own as torchrun's workers are: its handler
+    catches the signal, and the shell, which traps nothing itself, waits for it instead of dying of the signal."""
+    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(SESSION_WORKER)}"
     proc, _ = signalled(tmp_path, command, "pgid")
     assert proc.returncode == 0, proc.stderr
     assert "worker of rank 0 got USR1" in proc.stdout
