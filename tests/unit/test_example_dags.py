@@ -24,6 +24,7 @@ PINNED_EXAMPLES = frozenset(
     {
         "burst_submit_yaml.py",
         "burst_torchrun.py",
+        "slurm_checkpoint.py",
         "slurm_train.py",
         "slurm_training.py",
     }

@@ -40,6 +40,11 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
     :param secret_env: {ENV_NAME: "var:VARIABLE" | "conn:CONN_ID[:field]"}: session credentials written to
         a mode-600 sidecar the job sources and shreds; never in the script, logs, XCom or template fields.
     :param exclude_nodes: nodes never to use (bad nodes from infrastructure failures are added per try).
+    :param checkpoint_signal: `'<SIGNAL>@<seconds>'` (USR1, USR2, TERM, INT or HUP), e.g. `'USR1@300'`: Slurm
+        warns the command that many seconds before the time limit (up to 60 s earlier), so it can write a
+        checkpoint and exit. Each task passes the signal (and SIGTERM) on to every process of the command, which
+        sees `NPA_CHECKPOINT_SIGNAL` and `NPA_CHECKPOINT_SECONDS`. It must come before the child timeout
+        (`timeout_hours`). Checked at DAG parse time; not templated.
     :param success_marker: the template writes `status.json` into the results dir only when every task
         succeeded; a COMPLETED job without it fails the task. `None` trusts the Slurm state alone.
 
@@ -101,12 +106,14 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         secret_env: Mapping[str, str] | None = None,
         exclude_nodes: Sequence[str] = (),
         success_marker: str | None = "status.json",
+        checkpoint_signal: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(success_marker=success_marker, **kwargs)
         # Not templated: the resources (checked below, at DAG parse time), the excluded nodes, the secrets' references.
         self.nodes, self.gpus_per_node, self.max_gpus_per_node = nodes, gpus_per_node, max_gpus_per_node
         self.cpus_per_task, self.time_hours, self.timeout_hours = cpus_per_task, time_hours, timeout_hours
+        self.checkpoint_signal = checkpoint_signal
         self.requeue, self.exclude_nodes = requeue, list(exclude_nodes)
         self.secret_env = validate_secret_env(secret_env)
         # Template fields: where and what the job runs, the paths it reads and writes.
@@ -130,7 +137,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         check_request(extra_sbatch=self.extra_sbatch, **self._resource_kwargs())
 
     def _resource_kwargs(self) -> dict[str, Any]:
-        """The `SbatchSpec` resource fields: plain values, never templated."""
+        """The `SbatchSpec` resource fields (and the checkpoint warning): plain values, never templated."""
         return {
             "nodes": self.nodes,
             "gpus_per_node": self.gpus_per_node,
@@ -140,6 +147,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             "timeout_hours": self.timeout_hours,
             "max_time_hours": None,  # checked against the real partition's MaxTime before submitting
             "requeue": self.requeue,
+            "checkpoint_signal": self.checkpoint_signal,
         }
 
     # -- spec and script ---------------------------------------------------------------------------------

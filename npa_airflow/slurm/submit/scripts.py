@@ -3,7 +3,8 @@
 ``render_sbatch`` is pure: same spec, same text (the operator shows it as a template field). The
 single-node template runs pre -> primary (under the child timeout) -> post -> leader post in one srun
 step (in the image's container when the spec has one: see container.py); the multi-node template extends it
-with the rendezvous variables. ``lint_script`` looks for
+with the rendezvous variables. With a checkpoint signal each task passes the signal (and SIGTERM) on to every
+process of the primary, and keeps the child timeout itself (see the template). ``lint_script`` looks for
 credentials that must never be in a script, ``bash_syntax_check`` runs ``bash -n`` locally.
 """
 
@@ -25,6 +26,7 @@ MULTINODE_TEMPLATE = "slurm/multinode.sbatch.j2"
 # What the templates export on the host before srun: in a container these keep the job's values where the image
 # sets the same names (--container-env). The other rendezvous variables are exported in the step itself.
 JOB_ENV_NAMES = ("NPA_RESULTS_DIR", "NPA_CHILD_EXIT_CODE_FILE", "NPA_CHILD_TIMEOUT_SECONDS")
+CHECKPOINT_ENV_NAMES = ("NPA_CHECKPOINT_SIGNAL", "NPA_CHECKPOINT_SECONDS")  # exported with checkpoint_signal only
 RENDEZVOUS_ENV_NAMES = ("MASTER_ADDR",)
 
 
@@ -52,6 +54,8 @@ def sbatch_directives(spec: SbatchSpec) -> list[str]:
         options.append(f"--account={spec.account}")
     if spec.exclude_nodes:
         options.append(f"--exclude={','.join(spec.exclude_nodes)}")
+    if spec.checkpoint_signal:  # no B: prefix: Slurm signals the step's tasks, not the batch shell
+        options.append(f"--signal={spec.checkpoint_signal}")
     options.extend(spec.extra_sbatch)
     return sorted(options)
 
@@ -73,7 +77,8 @@ def container_arguments(spec: SbatchSpec) -> list[str]:
 
     mounts = merge_mounts((spec.results_dir, *spec.inputs), spec.container_mounts)
     rendezvous = RENDEZVOUS_ENV_NAMES if spec.multinode else ()
-    names = (*JOB_ENV_NAMES, *rendezvous, *spec.environment, *spec.secret_env_names)
+    checkpoint = CHECKPOINT_ENV_NAMES if spec.checkpoint_signal else ()
+    names = (*JOB_ENV_NAMES, *checkpoint, *rendezvous, *spec.environment, *spec.secret_env_names)
     workdir = spec.container_workdir or spec.results_dir
     return container_srun_options(spec.image, mounts, workdir, names, quote)
 
@@ -97,6 +102,7 @@ def render_sbatch(spec: SbatchSpec) -> str:
         environment=sorted(spec.environment.items()),
         results_dir=spec.results_dir,
         timeout_seconds=spec.timeout_seconds,
+        checkpoint=spec.checkpoint,
         command=spec.command.rstrip("\n"),
         # verbatim (not indented): indenting would break a heredoc terminator inside a command
         pre_commands=[c.rstrip("\n") for c in spec.pre_commands],

@@ -10,6 +10,10 @@ concrete paths, by default ``<log_dir>/<job_name>/main.out`` and ``main.err`` (t
 per try), and the operator creates ``log_dirs`` before submitting. ``%j``/``%x`` are allowed in the
 file name only.
 
+Checkpoint warning: ``checkpoint_signal='USR1@300'`` becomes ``#SBATCH --signal=USR1@300`` (no ``B:``: Slurm signals
+the step's tasks); each task passes it on to the command's processes, which see ``NPA_CHECKPOINT_SIGNAL`` and
+``NPA_CHECKPOINT_SECONDS``. The warning must come before the child timeout stops the command.
+
 Containers: with an image, the results directory and ``inputs`` are mounted at the same path and the step
 starts in ``container_workdir`` (default: the results directory); see container.py for what a step sees.
 """
@@ -45,6 +49,8 @@ from npa_airflow.slurm.submit.spec_fields import (
     PARTITION_RE,
     RESERVED_ENV,
     SECRET_NAME_RE,
+    CheckpointSignal,
+    check_checkpoint_signal,
     check_flag,
     check_resources,
     check_text,
@@ -71,6 +77,7 @@ class SbatchSpec:
     time_hours: float = DEFAULT_TIME_HOURS
     timeout_hours: float | None = None  # None = 95 % of time_hours
     max_time_hours: float | None = DEFAULT_MAX_TIME_HOURS  # the partition's MaxTime; None = unlimited
+    checkpoint_signal: str | None = None  # 'USR1@300': the command is signalled 300 s before the limit
     image: str | None = None  # a .sqsh path; None = no container
     container_mounts: tuple[str, ...] = ()  # the author's, on top of the job's own paths (container.py)
     container_workdir: str | None = None  # where the step starts in the container; None = results_dir
@@ -109,6 +116,8 @@ class SbatchSpec:
             "timeout_hours",
             child_timeout_hours(self.time_hours, self.timeout_hours, self.max_time_hours, self.partition),
         )
+        checkpoint = check_checkpoint_signal(self.checkpoint_signal, self.time_hours, self.timeout_hours)
+        put("checkpoint_signal", None if checkpoint is None else str(checkpoint))  # normalised: 'USR1@300'
         self._check_container(put)
         self._check_environment(put)
         self._check_commands(put)
@@ -234,6 +243,8 @@ class SbatchSpec:
                 raise invalid(
                     "extra_sbatch", option, "each entry is one long option like '--qos=high' (no spaces or quotes)"
                 )
+            if m.group(1) == "signal":  # the task must pass the signal on to the command (templates/slurm)
+                raise invalid("extra_sbatch", option, "use checkpoint_signal (e.g. 'USR1@300') for this warning")
             if m.group(1) in OWNED_SBATCH_OPTIONS:
                 raise invalid("extra_sbatch", option, f"--{m.group(1)} is set from the spec's own fields; use those")
         put("extra_sbatch", options)
@@ -272,6 +283,14 @@ class SbatchSpec:
     @property
     def time_minutes(self) -> int:
         return math.ceil(self.time_hours * 60)
+
+    @property
+    def checkpoint(self) -> CheckpointSignal | None:
+        """The checkpoint warning (signal name and seconds before the limit), or None."""
+        if self.checkpoint_signal is None:
+            return None
+        name, seconds = self.checkpoint_signal.split("@")
+        return CheckpointSignal(name, int(seconds))
 
     @property
     def timeout_seconds(self) -> int:

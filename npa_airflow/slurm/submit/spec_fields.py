@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.handle import CLUSTER_RE
@@ -43,6 +43,8 @@ RESERVED_ENV = frozenset(
         "TAO_NODE_RANK",
         "NPA_RESULTS_DIR",
         "NPA_CHILD_EXIT_CODE_FILE",
+        "NPA_CHECKPOINT_SIGNAL",
+        "NPA_CHECKPOINT_SECONDS",
     }
 )
 SECRET_NAME_RE = re.compile(
@@ -59,7 +61,7 @@ OWNED_SBATCH_OPTIONS = frozenset(
     {
         "nodes", "ntasks", "ntasks-per-node", "gres", "gpus", "gpus-per-node", "cpus-per-task", "time",
         "partition", "account", "output", "error", "job-name", "requeue", "no-requeue", "exclusive",
-        "exclude", "wait-all-nodes", "parsable", "wrap", "array", "chdir",
+        "exclude", "wait-all-nodes", "parsable", "wrap", "array", "chdir", "signal",
     }
 )  # fmt: skip
 EXTRA_SBATCH_RE = re.compile(r"--([a-z][a-z0-9-]*)(?:=([A-Za-z0-9_.,:=@%+/-]+))?")
@@ -67,6 +69,24 @@ EXTRA_SBATCH_RE = re.compile(r"--([a-z][a-z0-9-]*)(?:=([A-Za-z0-9_.,:=@%+/-]+))?
 # job must name the same one, so it comes from the connection (extra "cluster_name"), never from extra_sbatch.
 CLUSTER_OPTION_RE = re.compile(r"--clusters?(?:[=\s](?P<long>.*))?|-M(?P<short>.*)", re.S)
 MOUNT_FLAG_RE = re.compile(r"[a-z]+(?:\+[a-z]+)*")
+# checkpoint_signal: the signals a training script can trap for a checkpoint, and sbatch's limit of --signal's time.
+CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP")
+MAX_SIGNAL_SECONDS = 65535
+CHECKPOINT_SIGNAL_RE = re.compile(r"(?:SIG)?(?P<name>[A-Z0-9]+)@(?P<seconds>[0-9]{1,9})", re.I)
+CHECKPOINT_FORM = (
+    f"write '<SIGNAL>@<seconds>': SIGNAL one of {', '.join(CHECKPOINT_SIGNALS)} (an optional SIG prefix), seconds "
+    f"before the time limit an integer 1..{MAX_SIGNAL_SECONDS}, e.g. 'USR1@300'"
+)
+
+
+class CheckpointSignal(NamedTuple):
+    """A checkpoint warning: Slurm sends signal `name` (USR1, ...) `seconds` before the job's time limit."""
+
+    name: str
+    seconds: int
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.seconds}"
 
 
 def invalid(field_name: str, value: object, fix: str) -> NpaValidationError:
@@ -175,6 +195,47 @@ def child_timeout_hours(
     return timeout_hours
 
 
+def wall_seconds(time_hours: float) -> int:
+    """The time limit Slurm enforces for `time_hours`, in seconds: `#SBATCH --time` takes whole minutes."""
+    return math.ceil(time_hours * 60) * 60
+
+
+def check_checkpoint_signal(value: object, time_hours: float, timeout_hours: float) -> CheckpointSignal | None:
+    """`value` ('USR1@300', 'sigusr1@300', ...) as a `CheckpointSignal` (None when unset), after checking it against
+    the time limit and the child timeout (both checked already: `child_timeout_hours`)."""
+    if value is None:
+        return None
+    m = CHECKPOINT_SIGNAL_RE.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        prefixed = isinstance(value, str) and value[:2].upper() in ("B:", "R:")
+        hint = "no B: or R: prefix (the signal is for the command, not the batch shell); " if prefixed else ""
+        raise invalid("checkpoint_signal", value, hint + CHECKPOINT_FORM)
+    name, seconds = m.group("name").upper(), int(m.group("seconds"))
+    if name not in CHECKPOINT_SIGNALS:
+        raise invalid("checkpoint_signal", value, f"{name} is not a signal to checkpoint on; {CHECKPOINT_FORM}")
+    if not 1 <= seconds <= MAX_SIGNAL_SECONDS:
+        raise invalid("checkpoint_signal", value, f"{seconds} s is outside Slurm's range; {CHECKPOINT_FORM}")
+    wall = wall_seconds(time_hours)
+    if seconds >= wall:
+        raise invalid(
+            "checkpoint_signal",
+            value,
+            f"the time limit is {wall} s after the start (time_hours={time_hours:g}), so a warning {seconds} s "
+            "before it would come before the job runs: ask for fewer seconds, or raise time_hours",
+        )
+    lead = wall - math.floor(timeout_hours * 3600)
+    if seconds <= lead:
+        example = f" (e.g. '{name}@{lead + 60}')" if lead + 60 < wall else ""
+        raise invalid(
+            "checkpoint_signal",
+            value,
+            f"the command is stopped at its child timeout, {lead} s before the time limit (timeout_hours="
+            f"{timeout_hours:g}; 95 % of time_hours unless set), so a warning {seconds} s before the limit would "
+            f"come after it: ask for more than {lead} s{example}, or set timeout_hours closer to time_hours",
+        )
+    return CheckpointSignal(name, seconds)
+
+
 def check_request(
     *,
     extra_sbatch: Iterable[object],
@@ -186,12 +247,14 @@ def check_request(
     timeout_hours: Any,
     max_time_hours: Any,
     requeue: Any,
+    checkpoint_signal: Any = None,
 ) -> None:
     """The operator's parse-time check: what `SbatchSpec` refuses in these fields, in its order and words, without
     building one (the text fields are Jinja templates, checked once they are rendered)."""
     refuse_cluster_options(extra_sbatch)  # the cluster comes from the connection (see the message)
     check_resources(nodes, gpus_per_node, max_gpus_per_node, cpus_per_task)
-    child_timeout_hours(time_hours, timeout_hours, max_time_hours)
+    timeout = child_timeout_hours(time_hours, timeout_hours, max_time_hours)
+    check_checkpoint_signal(checkpoint_signal, time_hours, timeout)
     check_flag("requeue", requeue)
 
 

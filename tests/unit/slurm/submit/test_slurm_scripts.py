@@ -67,7 +67,32 @@ def golden_multi() -> SbatchSpec:
     )
 
 
-@pytest.mark.parametrize(("name", "make"), [("singlenode.sbatch", golden_single), ("multinode.sbatch", golden_multi)])
+def golden_checkpoint() -> SbatchSpec:
+    """A multi-node job in an image with a checkpoint warning (the task passes the signal on: see the template)."""
+    return SbatchSpec(
+        job_name="npa-train-fit-0123456789-t3",
+        command="torchrun --nnodes=$WORLD_SIZE --nproc-per-node=$NUM_GPU_PER_NODE --node-rank=$NODE_RANK "
+        "--master-addr=$MASTER_ADDR --master-port=$MASTER_PORT train.py --resume",
+        log_dir="/lustre/logs",
+        results_dir="/lustre/results/run-3",
+        partition="polar",
+        nodes=2,
+        gpus_per_node=8,
+        time_hours=2,
+        image="/lustre/sqsh/tao-pyt-5.5.0.sqsh",
+        environment={"NCCL_DEBUG": "WARN"},
+        checkpoint_signal="sigusr1@600",
+    )
+
+
+GOLDEN_CASES = [
+    ("singlenode.sbatch", golden_single),
+    ("multinode.sbatch", golden_multi),
+    ("multinode_checkpoint.sbatch", golden_checkpoint),
+]
+
+
+@pytest.mark.parametrize(("name", "make"), GOLDEN_CASES)
 def test_golden_render(name, make):
     rendered = render_sbatch(make())
     path = GOLDEN / name
@@ -100,7 +125,7 @@ def test_the_built_in_parts_leave_most_of_airflows_rendered_field_to_the_users_c
 
 
 def test_render_is_deterministic_and_lint_clean():
-    for make in (golden_single, golden_multi):
+    for make in (golden_single, golden_multi, golden_checkpoint):
         assert render_sbatch(make()) == render_sbatch(make())
         assert lint_script(render_sbatch(make())) == []
 
@@ -159,6 +184,7 @@ def test_every_render_passes_bash_n(command, nodes):
     bash_syntax_check(render_sbatch(spec))
     bash_syntax_check(render_sbatch(golden_single()))
     bash_syntax_check(render_sbatch(golden_multi()))
+    bash_syntax_check(render_sbatch(golden_checkpoint()))
 
 
 def test_bash_syntax_check_reports_bash_message():
