@@ -244,7 +244,7 @@ class SbatchSpec:
                     "extra_sbatch", option, "each entry is one long option like '--qos=high' (no spaces or quotes)"
                 )
             if m.group(1) == "signal":  # the task must pass the signal on to the command (templates/slurm)
-                raise invalid("extra_sbatch", option, "use checkpoint_signal (e.g. 'USR1@300') for this warning")
+                raise invalid("extra_sbatch", option, "use checkpoint_signal (e.g. 'USR1@900') for this warning")
             if m.group(1) in OWNED_SBATCH_OPTIONS:
                 raise invalid("extra_sbatch", option, f"--{m.group(1)} is set from the spec's own fields; use those")
         put("extra_sbatch", options)

@@ -75,7 +75,7 @@ MAX_SIGNAL_SECONDS = 65535
 CHECKPOINT_SIGNAL_RE = re.compile(r"(?:SIG)?(?P<name>[A-Z0-9]+)@(?P<seconds>[0-9]{1,9})", re.I)
 CHECKPOINT_FORM = (
     f"write '<SIGNAL>@<seconds>': SIGNAL one of {', '.join(CHECKPOINT_SIGNALS)} (an optional SIG prefix), seconds "
-    f"before the time limit an integer 1..{MAX_SIGNAL_SECONDS}, e.g. 'USR1@300'"
+    f"before the time limit an integer 1..{MAX_SIGNAL_SECONDS}, e.g. 'USR1@900'"
 )
 
 

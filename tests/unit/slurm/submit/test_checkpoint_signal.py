@@ -25,7 +25,7 @@ from npa_airflow.slurm.submit.spec_fields import CheckpointSignal
 from tests.unit.slurm.submit.test_slurm_scripts import PYXIS_SRUN_DOUBLE, make, run_script, trace
 
 BASE = {"job_name": "npa-train-0123456789-t1", "command": "python train.py", "log_dir": "/l", "results_dir": "/r"}
-FORM = re.escape("write '<SIGNAL>@<seconds>': SIGNAL one of USR1, USR2, TERM, INT, HUP") + ".*e.g. 'USR1@300'"
+FORM = re.escape("write '<SIGNAL>@<seconds>': SIGNAL one of USR1, USR2, TERM, INT, HUP") + ".*e.g. 'USR1@900'"
 
 
 def spec(**overrides) -> SbatchSpec:
@@ -116,7 +116,7 @@ def test_the_names_and_the_sbatch_option_are_the_templates_own():
         spec(environment={"NPA_CHECKPOINT_SIGNAL": "USR1"})
     with pytest.raises(NpaValidationError, match="is set by the sbatch template itself"):
         spec(environment={"NPA_CHECKPOINT_SECONDS": "300"})
-    with pytest.raises(NpaValidationError, match=r"'--signal=B:USR1@300': use checkpoint_signal \(e.g. 'USR1@300'\)"):
+    with pytest.raises(NpaValidationError, match=r"'--signal=B:USR1@300': use checkpoint_signal \(e.g. 'USR1@900'\)"):
         spec(extra_sbatch=("--signal=B:USR1@300",))
 
 
@@ -296,3 +296,13 @@ def test_the_names_reach_the_command_in_an_image_that_sets_them_too(tmp_path):
     proc, _ = run_script(tmp_path, spec, PYXIS_SRUN_DOUBLE, NPA_TEST_IMAGE_ENV=image_env)
     assert proc.returncode == 0, proc.stderr
     assert seen.read_text() == "HUP 900\n"
+
+
+def test_the_example_a_refusal_gives_is_accepted_with_the_default_time_limit():
+    """The advice works: the form's example comes after the default child timeout's cut-off, not before it."""
+    from npa_airflow.slurm.operators import SlurmSubmitOperator
+
+    with pytest.raises(NpaValidationError) as err:
+        SlurmSubmitOperator(task_id="t", command="x", checkpoint_signal="USR1")
+    example = re.search(r"e\.g\. '([^']+)'", str(err.value)).group(1)
+    assert SlurmSubmitOperator(task_id="t", command="x", checkpoint_signal=example).checkpoint_signal == example
