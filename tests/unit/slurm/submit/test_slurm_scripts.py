@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 from pathlib import Path
@@ -294,8 +295,19 @@ def run_script(
         "HOME": str(tmp_path),
         **env_extra,
     }
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60, check=False)
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, env=env, timeout=60, check=False,
+        preexec_fn=_signals_as_slurmstepd_leaves_them,
+    )  # fmt: skip
     return proc, Path(spec.results_dir)
+
+
+def _signals_as_slurmstepd_leaves_them() -> None:
+    """slurmstepd starts a job's script and tasks with every signal at its default. A test run under nohup or as a
+    background job inherits SIGHUP or SIGINT ignored, which bash then cannot trap (a trap of a signal ignored on
+    entry is silently void): the script would not be tested as Slurm runs it."""
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def make(tmp_path: Path, command: str, **overrides) -> SbatchSpec:
