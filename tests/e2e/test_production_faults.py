@@ -8,10 +8,12 @@ each component's job after the component).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -309,11 +311,27 @@ def test_marking_a_run_of_twenty_waiting_tasks_failed_cancels_every_job(prod, ap
         states = {state.split()[0] for _, _, state in jobs if state}  # sacct: "CANCELLED by <uid>"
         return jobs if len(jobs) == 20 and states == {"CANCELLED"} else None
 
-    jobs = poll(all_cancelled, 120, "all 20 jobs CANCELLED", interval=1)
+    try:
+        jobs = poll(all_cancelled, 120, "all 20 jobs CANCELLED", interval=1)
+    except AirflowApiError:
+        left = [j for prefix in prefixes for j in jobs_named(cluster_ssh, prefix) if not j[2].startswith("CANCELLED")]
+        needles = [needle for job_id, name, _ in left for needle in (name, f"Slurm job {job_id} ")]
+        pytest.fail(f"not cancelled: {left}; what the deployment logged of them:\n{lines_about(prod.home, needles)}")
     took = time.monotonic() - marked
     assert len(prefixes) == 20 and len(jobs) == 20
     assert not {t["state"] for t in task_instances()} & {"deferred", "running", "queued", "scheduled"}
     print(f"\n[fault] run of 20 waiting tasks marked failed -> 20 jobs CANCELLED within {took:.1f} s")
+
+
+def lines_about(home: Path, needles: list[str], limit: int = 80) -> str:
+    """The lines of the deployment's logs (its components' and the tasks') that name one of `needles`."""
+    found = []
+    for path in sorted([*home.glob("*.log"), *home.glob("logs/**/*.log")]):
+        with contextlib.suppress(OSError):
+            for line in path.read_text(errors="replace").splitlines():
+                if any(needle in line for needle in needles):
+                    found.append(f"{path.relative_to(home)}: {line[:400]}")
+    return "\n".join(found[-limit:]) or "(nothing)"
 
 
 def test_no_job_left_running(cluster_ssh):
