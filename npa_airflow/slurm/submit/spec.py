@@ -20,7 +20,6 @@ starts in ``container_workdir`` (default: the results directory); see container.
 
 from __future__ import annotations
 
-import math
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -55,9 +54,11 @@ from npa_airflow.slurm.submit.spec_fields import (
     check_resources,
     check_text,
     child_timeout_hours,
+    child_timeout_seconds,
     invalid,
     refuse_cluster_options,
     str_tuple,
+    wall_seconds,
 )
 from npa_airflow.slurm.submit.storage_paths import normalize_storage_path
 
@@ -282,7 +283,7 @@ class SbatchSpec:
 
     @property
     def time_minutes(self) -> int:
-        return math.ceil(self.time_hours * 60)
+        return wall_seconds(self.time_hours) // 60
 
     @property
     def checkpoint(self) -> CheckpointSignal | None:
@@ -295,7 +296,7 @@ class SbatchSpec:
     @property
     def timeout_seconds(self) -> int:
         assert self.timeout_hours is not None  # set in __post_init__
-        return math.floor(self.timeout_hours * 3600)
+        return child_timeout_seconds(self.timeout_hours)
 
     @property
     def total_gpus(self) -> int:

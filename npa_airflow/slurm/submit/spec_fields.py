@@ -200,6 +200,11 @@ def wall_seconds(time_hours: float) -> int:
     return math.ceil(time_hours * 60) * 60
 
 
+def child_timeout_seconds(timeout_hours: float) -> int:
+    """The seconds the command runs before the child timeout stops it (the template's timeout)."""
+    return math.floor(timeout_hours * 3600)
+
+
 def check_checkpoint_signal(value: object, time_hours: float, timeout_hours: float) -> CheckpointSignal | None:
     """`value` ('USR1@300', 'sigusr1@300', ...) as a `CheckpointSignal` (None when unset), after checking it against
     the time limit and the child timeout (both checked already: `child_timeout_hours`)."""
@@ -223,7 +228,7 @@ def check_checkpoint_signal(value: object, time_hours: float, timeout_hours: flo
             f"the time limit is {wall} s after the start (time_hours={time_hours:g}), so a warning {seconds} s "
             "before it would come before the job runs: ask for fewer seconds, or raise time_hours",
         )
-    lead = wall - math.floor(timeout_hours * 3600)
+    lead = wall - child_timeout_seconds(timeout_hours)
     if seconds <= lead:
         example = f" (e.g. '{name}@{lead + 60}')" if lead + 60 < wall else ""
         raise invalid(
