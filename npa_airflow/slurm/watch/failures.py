@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from npa_airflow.common.failures import MAX_EVIDENCE_LINES, FailureVerdict, evidence_parts, infra_lines
 from npa_airflow.common.states import JobState
 from npa_airflow.slurm.commands import SlurmJobInfo
-from npa_airflow.slurm.commands.states import INFRA_NATIVE_STATES
+from npa_airflow.slurm.commands.states import BLAMELESS_NATIVE_STATES, INFRA_NATIVE_STATES
 
 MAX_HOSTLIST = 4096
 
@@ -95,7 +95,9 @@ def classify(info: SlurmJobInfo, log_tail: str) -> FailureVerdict:
     parts.extend(evidence_parts(matches))
     if len(matches) > MAX_EVIDENCE_LINES:
         parts.append(f"(+{len(matches) - MAX_EVIDENCE_LINES} more matching lines)")
-    if not blamed and (state_infra or len(allocated) == 1):
+    if info.native_state in BLAMELESS_NATIVE_STATES:
+        blamed = []
+    elif not blamed and (state_infra or len(allocated) == 1):
         blamed = allocated
     return FailureVerdict("infra", "; ".join(parts), tuple(dict.fromkeys(blamed)))
 

@@ -123,6 +123,25 @@ def test_sacct_requeue_duplicates_sample_last_record_wins(version):
     assert info.usage is not None and info.usage.elapsed_seconds == last_elapsed
 
 
+@pytest.mark.parametrize("moment", ["ending", "ended"])
+@pytest.mark.parametrize("kind", ["requeue", "cancel"])
+def test_a_preempted_job_ends_only_when_it_was_not_requeued(version, kind, moment):
+    """What the poller makes of a preemption (samples/capture_samples.py preempt): while the preemption kills the job
+    accounting says PREEMPTED and squeue COMPLETING, requeued or not; squeue's answer keeps the job live. Then a
+    --requeue job is PENDING in both, and one without requeue PREEMPTED in both: it ended, an error."""
+    accounted = c.parse_sacct(sample(version, f"preempted_{kind}_{moment}_sacct.txt"))
+    live = c.parse_squeue(sample(version, f"preempted_{kind}_{moment}_squeue.txt"))
+    (job_id,) = accounted
+    asked = [job_id] if c.may_run_again(accounted[job_id]) else []
+    state = c.merge_live_states(accounted, live, asked)[job_id]
+    if kind == "cancel" and moment == "ended":
+        assert (state.state, state.native_state) == (JobState.ERROR, "PREEMPTED")
+    else:
+        assert not state.state.is_terminal, state
+    if moment == "ending" and accounted[job_id].native_state == "PREEMPTED":
+        assert asked and live[job_id].native_state == "COMPLETING"
+
+
 def test_sacct_default_width_sample_truncated_state(version):
     # The seed's fallback: first word of the State column, "+" dropped.
     _job, state = sample(version, "sacct_default_width.txt").split()

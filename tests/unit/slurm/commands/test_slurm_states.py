@@ -21,7 +21,7 @@ from npa_airflow.slurm.commands.states import NATIVE_STATE_TABLE, interpret_nati
         ("REQUEUED", JobState.PENDING),
         ("REQUEUE_FED", JobState.PENDING),
         ("REQUEUE_HOLD", JobState.PENDING),
-        ("PREEMPTED", JobState.PENDING),
+        ("PREEMPTED", JobState.ERROR),  # unless squeue shows it requeued (REQUEUE_CANDIDATE_STATES)
         ("COMPLETED", JobState.COMPLETE),
         ("FAILED", JobState.ERROR),
         ("TIMEOUT", JobState.ERROR),
@@ -47,9 +47,18 @@ def test_interpret_native_state(native, expected):
     assert interpret_native_state(native) is expected
 
 
-def test_requeue_and_preemption_are_not_terminal():
-    for native in ("REQUEUED", "PREEMPTED", "REQUEUE_HOLD", "REQUEUE_FED"):
+def test_requeue_states_are_not_terminal():
+    for native in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
         assert not interpret_native_state(native).is_terminal
+
+
+def test_a_preemption_is_an_end_only_squeue_can_confirm():
+    """A requeued job's accounting says PREEMPTED while it is requeued: the end is checked against squeue, and it
+    is an infrastructure end that blames no node."""
+    from npa_airflow.slurm.commands.states import BLAMELESS_NATIVE_STATES, INFRA_NATIVE_STATES, REQUEUE_CANDIDATE_STATES
+
+    assert interpret_native_state("PREEMPTED").is_terminal
+    assert "PREEMPTED" in REQUEUE_CANDIDATE_STATES & INFRA_NATIVE_STATES & BLAMELESS_NATIVE_STATES
 
 
 def test_only_completed_is_success():

@@ -2,7 +2,7 @@
 
 Run against a running bed (``dev/cluster [--slurm VERSION] up``); the output goes to ``<VERSION>/``:
 
-    .venv/bin/python tests/unit/slurm/samples/capture_samples.py [--slurm 24.11] [find]
+    .venv/bin/python tests/unit/slurm/samples/capture_samples.py [--slurm 24.11] [find | preempt]
 
 It submits a handful of tiny CPU jobs (complete, exit 7, killed by a signal, cancelled while running,
 held, array, het, requeued) and one GPU job (2 nodes x 8 GPUs), waits for them to settle and writes each tool's
@@ -78,7 +78,7 @@ def wait_for(job_id: str, states: set[str], timeout: float = 60) -> None:
         info = c.parse_squeue(remote(c.build_squeue_states([job_id])).stdout).get(job_id)
         if info and info.native_state in states:
             return
-        time.sleep(1)
+        time.sleep(0.3)
     sys.exit(f"job {job_id} did not reach {states}")
 
 
@@ -154,5 +154,28 @@ def capture_find_by_name() -> None:
     print("find-by-name job ids:", done, held)
 
 
+def capture_preemption() -> None:
+    """A job of the gpu partition preempted by one of the urgent partition (the bed's PreemptType=partition_prio,
+    PreemptMode=REQUEUE, GraceTime=20): with --requeue it is requeued under its id, without it it ends PREEMPTED.
+    The state query's answers while the preemption kills it (``*_ending``) and after (``*_ended``).
+    `capture_samples.py preempt` records only these (about two minutes)."""
+    for kind, flag in (("requeue", "--requeue"), ("cancel", "--no-requeue")):
+        # A command that checkpoints on SIGTERM, as a training run does in the grace time.
+        wrap = "trap 'sleep 10; exit 0' TERM; sleep 300 & wait"
+        victim = submit(f"preempted-{kind}", flag, "-N", "2", "--gpus-per-node=8", "--wrap", wrap, partition="gpu")
+        wait_for(victim, {"RUNNING"})
+        urgent = submit("urgent", "-N", "2", "--gpus-per-node=8", "-t", "1", "--wrap", "sleep 5", partition="urgent")
+        wait_for(victim, {"COMPLETING", "PREEMPTED"}, timeout=90)
+        save(f"preempted_{kind}_ending_sacct.txt", remote(c.build_sacct_states([victim])).stdout)
+        save(f"preempted_{kind}_ending_squeue.txt", remote(c.build_squeue_states([victim])).stdout)
+        wait_for(victim, {"PREEMPTED", "PENDING"}, timeout=60)
+        time.sleep(3)
+        save(f"preempted_{kind}_ended_sacct.txt", remote(c.build_sacct_states([victim])).stdout)
+        save(f"preempted_{kind}_ended_squeue.txt", remote(c.build_squeue_states([victim])).stdout)
+        remote(["scancel", victim, urgent])
+        print(f"preempted ({kind}) job id:", victim)
+        time.sleep(5)
+
+
 if __name__ == "__main__":
-    capture_find_by_name() if MODE == ["find"] else main()
+    {"find": capture_find_by_name, "preempt": capture_preemption}.get(" ".join(MODE), main)()

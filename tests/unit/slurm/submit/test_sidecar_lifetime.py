@@ -209,7 +209,8 @@ async def test_the_poller_shreds_in_the_tail_command_of_the_cycle_that_sees_the_
 
 @pytest.mark.parametrize("state", [JobState.PENDING, JobState.RUNNING, JobState.UNKNOWN])
 async def test_a_job_that_may_still_run_keeps_its_sidecar(tmp_path, state):
-    """REQUEUED, REQUEUE_HOLD and PREEMPTED read as PENDING (npa_airflow.slurm.commands.states)."""
+    """REQUEUED and REQUEUE_HOLD read as PENDING, a requeued PREEMPTED as squeue's COMPLETING or PENDING
+    (npa_airflow.slurm.commands.states)."""
     double = LocalClusterDouble()
     poller = SlurmPoller("c1", lambda _: double, autostart=False)
     sidecar = sidecar_in(tmp_path)
