@@ -7,7 +7,7 @@ never an authority: it is used only when it is this task instance's own, checked
 from the task instance, this deployment and the serialized task (the DAG file's values):
 - the connection is the one the serialized task names;
 - the job's name is the name this deployment gives one of the task instance's tries (a probe's knob-set suffix
-  allowed; the previous release's names too, for jobs from before the upgrade);
+  or a long run's segment suffix allowed; the previous release's names too, for jobs from before the upgrade);
 - a Slurm cluster (-M) is the connection's; Burst's cluster is the try's own or the task's pinned one;
 - a path is kept only when the layout derives it from the results root and the job's name (else dropped: the cancel
   then writes no marker or shreds no sidecar there).
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from npa_airflow.common.deployment import Deployment
     from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 
-_KNOB_SUFFIX = re.compile(r"-k[0-9]{1,4}(?=-t[0-9]+$)")  # the NCCL probe's per-knob-set job names
+# The NCCL probe's per-knob-set job names, a long run's later segments: ``...-k<index>-t<try>``, ``...-s<k>-t<try>``
+_STEP_SUFFIX = re.compile(r"-[ks][0-9]{1,4}(?=-t[0-9]+$)")
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def trusted_slurm_handle(
         return Distrust(f"malformed Slurm job handle: {exc}")
     if settings.conn_id is None or handle.conn_id != settings.conn_id:
         return Distrust(f"its connection {handle.conn_id!r} is not the task's ({settings.conn_id!r})")
-    if _KNOB_SUFFIX.sub("", handle.job_name) not in slurm_job_names(ti, deployment):
+    if _STEP_SUFFIX.sub("", handle.job_name) not in slurm_job_names(ti, deployment):
         return Distrust(f"job name {handle.job_name!r} is not the name of any try of this task instance")
     if handle.cluster not in (None, config.cluster_name):
         return Distrust(f"cluster {handle.cluster!r} is not the connection's ({config.cluster_name!r})")

@@ -29,6 +29,8 @@ JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 JOB_NAME_MAX = 128
 SLUG_MAX = 40
 HASH_LEN = 10
+# A long run's segments after the first (`npa_airflow.slurm.operators.segments`): ``...-s<k>-t<try>``.
+_SEGMENT_SUFFIX = re.compile(r"-s([0-9]{1,4})(?=-t[0-9]+$)")
 
 
 def validate_job_name(name: str, field: str = "job_name") -> str:
@@ -100,3 +102,23 @@ def legacy_earlier_try_names(
 ) -> list[str]:
     """:func:`earlier_try_names` as releases before the deployment key named them."""
     return [legacy_job_name_for(dag_id, task_id, run_id, map_index, t) for t in range(1, try_number)]
+
+
+def segment_of(job_name: str | None) -> int:
+    """The segment a job name belongs to: ``...-s3-t1`` is segment 3; a name without the suffix is segment 1."""
+    found = _SEGMENT_SUFFIX.search(job_name or "")
+    return int(found.group(1)) if found else 1
+
+
+def first_segment_name(job_name: str) -> str:
+    """The name of the first segment of `job_name`'s run (the name itself for a first segment): every segment of
+    a run keeps its results dir and record id."""
+    return _SEGMENT_SUFFIX.sub("", job_name)
+
+
+def segment_job_name(job_name: str, segment: int) -> str:
+    """The name of segment `segment` of `job_name`'s run (``...-s<segment>-t<try>``; segment 1 has no suffix)."""
+    head, sep, try_part = first_segment_name(job_name).rpartition("-t")
+    if not sep or not try_part.isdigit():
+        raise NpaValidationError(f"job name {job_name!r} has no try suffix (-t<try>): it is not a run's segment")
+    return validate_job_name(f"{head}-t{try_part}" if segment == 1 else f"{head}-s{segment}-t{try_part}")

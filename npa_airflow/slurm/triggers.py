@@ -56,6 +56,9 @@ class SlurmJobTrigger(SlurmTriggerCancels):
     :param secret_env: the job's `secret_env` references ({ENV_NAME: "var:NAME" | "conn:ID[:field]"}, never
         values): resolved here and registered with this process's secrets masker before any line of the job's
         output is written, so a job that prints a secret shows ``***`` in the task log and the event's log tail.
+    :param continue_file: a segment of a long run (`npa_airflow.slurm.operators.segments`): when the job ends (not
+        cancelled) with this file present, the event is "continue" whatever Slurm says, and the worker submits the
+        next segment.
     :param vanished_after: seconds after which a job that sacct and squeue both keep answering they do not know
         (purged, lost by the cluster, or on another cluster) ends the wait with a "vanished" event, instead of
         waiting for the deadline. Only answers count: while either tool fails, the job is not "absent".
@@ -73,6 +76,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         cancel_on_kill: bool = True,
         secret_env: dict[str, str] | None = None,
         vanished_after: float = VANISHED_AFTER_SECONDS,
+        continue_file: str | None = None,
     ) -> None:
         super().__init__(deadline, cancel_on_kill)
         # a handle from XCom or a trigger row is validated like a new one
@@ -85,6 +89,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         self.secret_env = validate_secret_env(secret_env)
         self._secret_values: tuple[str, ...] | None = None  # resolved already (the worker-side wait)
         self.vanished_after = float(vanished_after)
+        self.continue_file = continue_file
         self._problems = 0  # polls in a row that failed
         self._registration: Registration | None = None
         self._claim_file: str | None = None
@@ -103,6 +108,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
             "cancel_on_kill",
             "vanished_after",
             "secret_env",
+            "continue_file",
         )
         return as_trigger_row(self, names)
 
@@ -248,9 +254,17 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         reason = info.reason if update.state is JobState.PENDING else None
         if (update.state, reason) == self._last_seen:
             return
+        requeued = update.state is JobState.PENDING and (self._last_seen or (None,))[0] is JobState.RUNNING
         self._last_seen = (update.state, reason)
         why = f", reason {reason}" if reason else ""
         self.log.info("Slurm job %s is %s (%s%s)", self.job_id, info.native_state, update.state.value, why)
+        if requeued:
+            self.log.warning(
+                "Slurm job %s was requeued (preempted, a node failure or scontrol requeue; Slurm's reason: %s): it "
+                "stays this task's job and runs its script again, so a command that checkpoints resumes from its "
+                "checkpoint (the job's output says which restart it is)",
+                *(self.job_id, info.reason or "none given"),
+            )
 
     def _vanished_event(self, absent_for: float) -> dict[str, Any]:
         seen = f", last seen {self._last_seen[0].value}" if self._last_seen else ", never seen by this wait"
@@ -332,10 +346,17 @@ class SlurmJobTrigger(SlurmTriggerCancels):
             **usage_fields(info, accounting=update.accounting),
         }
         native = details["native_state"]
+        if self.continue_file and update.state is not JobState.CANCELED:
+            asked = await self._path_exists(self.continue_file)
+            if asked is None:
+                return None
+            if asked:
+                message = f"Slurm job {self.job_id} ended {native} and asked to be continued ({self.continue_file})"
+                return self._fire("continue", message, **details)
         if update.state is JobState.COMPLETE:
             marker = self.marker_path()
             if marker:
-                found = await self._marker_exists(marker)
+                found = await self._path_exists(marker)
                 if found is None:
                     return None
                 if not found:
@@ -353,18 +374,19 @@ class SlurmJobTrigger(SlurmTriggerCancels):
             message = f"{message}: {info.reason}"  # a cluster without accounting lost how it ended: say so
         return self._fire("failed", message, **details)
 
-    async def _marker_exists(self, marker: str) -> bool | None:
-        """True/False, or None when the deadline passed before the cluster could answer."""
+    async def _path_exists(self, path: str) -> bool | None:
+        """Whether the job's success marker or continue file exists: True/False, or None when the deadline passed
+        before the cluster could answer."""
         checks = self._poller().channel.path_checks  # one command for every job that ended in the same cycle
 
         def retry_before_deadline(exc: BaseException) -> bool:
-            self.log.warning("Could not check success marker %s (%s); retrying", marker, exc)
+            self.log.warning("Could not check %s (%s); retrying", path, exc)
             return not self._deadline_passed()
 
         try:
             return bool(
                 await aretry(
-                    lambda: checks.get(marker),
+                    lambda: checks.get(path),
                     transient=retry_before_deadline,
                     backoff=MARKER_CHECK_BACKOFF,
                     budget=Budget(),

@@ -68,6 +68,9 @@ class SlurmJobOperatorBase(BaseOperator):
     """
 
     operator_extra_links = (SlurmJobLink(),)
+    # A long run in segments (operators/segments.py): SlurmSubmitOperator sets both; the others run one job a step.
+    max_segments: int = 1
+    max_preemptions: int = 0
     overwrite_rtif_after_execution: ClassVar[bool] = True  # the UI shows the script that was submitted
     ui_color = "#d8e9f7"
 
@@ -240,10 +243,12 @@ class SlurmJobOperatorBase(BaseOperator):
         step: Mapping[str, Any] | None = None,
         next_method: str = "execute_complete",
         next_kwargs: dict[str, Any] | None = None,
+        counted_from: float | None = None,
     ) -> Any:
         """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`.
 
-        The operator settles the job first (script, checks, wait allowance); then each collaborator gets it once."""
+        The operator settles the job first (script, checks, wait allowance); then each collaborator gets it once.
+        `counted_from`: when a continued run's first segment was submitted (max_wait counts from there)."""
         # DAG parse: the failure rules, the submission and the cluster checks load the Slurm command builders
         from npa_airflow.slurm.operators.bad_nodes import validated_exclusions
         from npa_airflow.slurm.operators.cluster_checks import check_on_cluster
@@ -268,14 +273,17 @@ class SlurmJobOperatorBase(BaseOperator):
             conn_id=self.slurm_conn_id,
             on_previous_try=self.on_previous_try,
             prepare_named=lambda name: self.prepare_job(name, (), env, step),
+            segments=self.max_segments + self.max_preemptions,
         )
         check_on_cluster(hook, job, self.slurm_conn_id, self.log)
         this.handle, this.job = None, job  # on_kill cancels by this job's name until its id is known
         this.handle = handle = self._adopt_or_submit(context, submission)
         self.cancelling(this).stop_if_killed(hook, handle)
         self._publish(context, handle)
-        # An adopted job keeps its first submission time: the deadline counts from there.
-        trigger = self._trigger(handle, (handle.submitted_at or time.time()) + allowance)
+        # An adopted job keeps its first submission time: the deadline counts from there (a continued run's, from its
+        # first segment's when the allowance is the author's).
+        start = counted_from if counted_from and self._allowance_is_total() else handle.submitted_at
+        trigger = self._trigger(handle, (start or time.time()) + allowance)
         if self.deferrable:
             self.defer(
                 trigger=trigger, method_name=next_method, kwargs=next_kwargs, timeout=self._defer_timeout(trigger)
@@ -306,6 +314,10 @@ class SlurmJobOperatorBase(BaseOperator):
             return self.execution_timeout.total_seconds()
         return (job.wall_seconds or 0) + DEFAULT_PENDING_ALLOWANCE.total_seconds()
 
+    def _allowance_is_total(self) -> bool:
+        """max_wait and execution_timeout bound the whole run; the default allowance is each segment's."""
+        return self.max_wait is not None or self.execution_timeout is not None
+
     @staticmethod
     def _defer_timeout(trigger: Any) -> timedelta | None:
         # Airflow's own deferral timeout would drop the trigger without cancelling the job: keep it well
@@ -324,7 +336,15 @@ class SlurmJobOperatorBase(BaseOperator):
             "stream_logs": self.stream_logs,
             "cancel_on_kill": self.cancel_on_kill,
             "secret_env": self.secret_references(),
+            "continue_file": self._continue_file(handle),
         }
+
+    def _continue_file(self, handle: SlurmJobHandle) -> str | None:
+        """The file by which a segment of a long run asks for the next one (None: the job is not continued)."""
+        # DAG parse: the layout is run-time only
+        from npa_airflow.slurm.submit.layout import continue_file
+
+        return continue_file(handle.results_dir) if self.max_segments > 1 else None
 
     def _trigger(self, handle: SlurmJobHandle, deadline: float | None) -> Any:
         # DAG parse: the trigger loads the poller and the hook (asyncssh)
@@ -347,17 +367,23 @@ class SlurmJobOperatorBase(BaseOperator):
 
     # -- the end of a step, and a kill -----------------------------------------------------------------------
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        """The job of `execute` ended (or its wait did): succeed, fail, or fail for a retry."""
-        return self.complete_job(context, event, own_job_name=self.job_name_for_context(context))
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, run: dict[str, Any] | None = None
+    ) -> Any:
+        """The job of `execute` (or a segment of its run, `run`) ended, or its wait did: succeed, fail, fail for
+        a retry, or continue with the next segment."""
+        return self.complete_job(context, event, own_job_name=self.job_name_for_context(context), run=run)
 
-    def complete_job(self, context: Context, event: dict[str, Any] | None, *, own_job_name: str) -> Any:
+    def complete_job(
+        self, context: Context, event: dict[str, Any] | None, *, own_job_name: str, run: dict[str, Any] | None = None
+    ) -> Any:
         """Turn the wait's event into the task's outcome; `own_job_name` is the job this step itself submits."""
         # DAG parse: the completion loads the trigger module
         from npa_airflow.slurm.operators.completion import Completion
+        from npa_airflow.slurm.operators.segments import NextSegment, RunState
 
         this = self.this_try(context)
-        return Completion(
+        result = Completion(
             context,
             this,
             self.log,
@@ -365,7 +391,26 @@ class SlurmJobOperatorBase(BaseOperator):
             own_job_name=own_job_name,
             mask_secrets=self.mask_job_secrets,
             restart=lambda: self.restart_after_clear(context),
+            run=RunState.from_kwargs(run),
+            max_segments=self.max_segments,
+            max_preemptions=self.max_preemptions,
         ).outcome(event)
+        return self.next_segment(context, result) if isinstance(result, NextSegment) else result
+
+    def next_segment(self, context: Context, ended: Any) -> Any:
+        """Submit the segment after `ended` (a `NextSegment`): same results dir, still deferred."""
+        # DAG parse: the naming module is run-time only
+        from npa_airflow.common.naming import segment_job_name
+
+        segment = ended.segment + 1
+        name = segment_job_name(ended.handle.job_name, segment)
+        self.log.info(
+            "Submitting segment %d of at most %d (%s) of the run in %s",
+            *(segment, self.max_segments + ended.run.preemptions, name, ended.handle.results_dir),
+        )
+        return self.submit_and_wait(
+            context, name, next_kwargs=ended.run.to_kwargs(), counted_from=ended.run.first_submitted_at
+        )
 
     def restart_after_clear(self, context: Context) -> Any:
         """Run this try from its first step again, as if it had just started (its own job, not an adopted one)."""

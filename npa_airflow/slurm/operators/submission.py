@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
-from npa_airflow.common.naming import earlier_try_names, legacy_earlier_try_names
+from npa_airflow.common.naming import earlier_try_names, legacy_earlier_try_names, segment_job_name, segment_of
 from npa_airflow.common.previous_try import on_previous_try
 from npa_airflow.common.retry import pause
 from npa_airflow.common.states import JobState
@@ -35,9 +35,16 @@ RECONCILE_WINDOW_SECONDS = 45.0  # sacct can lag a few seconds behind sbatch
 RECONCILE_POLL_SECONDS = 3.0
 
 
-def try_names(identity: tuple[str, str, str, int | None, int], own: str, deployment: Deployment) -> TryNames:
-    """`own` (this step's job name) and the names of this task instance's earlier tries, both namings."""
-    earlier = earlier_try_names(*identity, deployment=deployment)
+def try_names(
+    identity: tuple[str, str, str, int | None, int], own: str, deployment: Deployment, segments: int = 1
+) -> TryNames:
+    """`own` (this step's job name) and the names of this task instance's earlier tries, both namings; with
+    `segments` > 1 also each earlier try's later segments (a retry adopts a live one)."""
+    earlier = [
+        segment_job_name(name, k) if k > 1 else name
+        for name in earlier_try_names(*identity, deployment=deployment)
+        for k in range(1, segments + 1)
+    ]
     return TryNames(own, tuple(earlier), tuple(legacy_earlier_try_names(*identity)))
 
 
@@ -82,11 +89,13 @@ class Submission:
         conn_id: str,
         on_previous_try: str,
         prepare_named: Callable[[str], PreparedJob],
+        segments: int = 1,
     ) -> Submission:
-        """The submission of `job` by the task-instance try `identity` (dag, task, run, map index, try)."""
+        """The submission of `job` by the task-instance try `identity` (dag, task, run, map index, try); `segments`:
+        how many jobs one try's run may take (earlier tries' later segments are looked for too)."""
         return cls(
             hook,
-            try_names(identity, job.job_name, deployment),
+            try_names(identity, job.job_name, deployment, segments),
             job,
             log,
             cancelling,
@@ -106,8 +115,8 @@ class Submission:
         if mine:  # this very try already submitted (the worker died after sbatch and came back)
             return self._adopt_single(mine, "this try's job, submitted before the worker restarted")
 
-        def by_try(j: SlurmJobInfo) -> int:
-            return names.try_of(j.job_name)
+        def by_try(j: SlurmJobInfo) -> tuple[int, int]:
+            return names.try_of(j.job_name), segment_of(j.job_name)
 
         live = sorted((j for j in found if not j.state.is_terminal), key=by_try)
         previous = sorted(found, key=by_try)
@@ -162,7 +171,10 @@ class Submission:
             return None
 
     def _reattach(
-        self, keep: SlurmJobInfo, duplicates: tuple[SlurmJobInfo, ...], try_of: Callable[[SlurmJobInfo], int]
+        self,
+        keep: SlurmJobInfo,
+        duplicates: tuple[SlurmJobInfo, ...],
+        try_of: Callable[[SlurmJobInfo], tuple[int, int]],
     ) -> SlurmJobHandle:
         """Adopt `keep`, the newest live job of an earlier try; cancel the older live `duplicates`."""
         for extra in duplicates:
@@ -181,7 +193,7 @@ class Submission:
         )
         old = self.prepare_named(keep.job_name or self.job.job_name)
         submitted = self._submit_time(keep.job_id, keep.submitted_at)
-        return self._handle_of(old, keep.job_id, try_number=try_of(keep), retry_of=None, submitted_at=submitted)
+        return self._handle_of(old, keep.job_id, try_number=try_of(keep)[0], retry_of=None, submitted_at=submitted)
 
     def _require_inputs(self, running: SlurmJobInfo) -> None:
         paths = list(self.job.required_paths)

@@ -45,6 +45,13 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         checkpoint and exit. Each task passes the signal (and SIGTERM) on to every process of the command, which
         sees `NPA_CHECKPOINT_SIGNAL` and `NPA_CHECKPOINT_SECONDS`. It must come before the child timeout
         (`timeout_hours`). Checked at DAG parse time; not templated.
+    :param max_segments: continue a run longer than the time limit over up to this many Slurm jobs (default 1: no
+        continuation). Each job sees `NPA_CONTINUE_FILE`, `NPA_SEGMENT` and `NPA_MAX_SEGMENTS`; a command that
+        checkpoints (warned by `checkpoint_signal`) writes one line to `NPA_CONTINUE_FILE` ("step 41000") and exits,
+        and the next job (`<name>-s<k>-t<try>`, same results dir, same try, still deferred) resumes from the
+        checkpoint. A job that ends without the file ends the run (its outcome is the task's). Not templated.
+    :param max_preemptions: a job preempted without requeue (PREEMPTED) is resubmitted as the next segment up to this
+        many times in one try (default 3) without spending a retry; then it is an infrastructure failure.
     :param success_marker: the template writes `status.json` into the results dir only when every task
         succeeded; a COMPLETED job without it fails the task. `None` trusts the Slurm state alone.
 
@@ -107,13 +114,16 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         exclude_nodes: Sequence[str] = (),
         success_marker: str | None = "status.json",
         checkpoint_signal: str | None = None,
+        max_segments: int = 1,
+        max_preemptions: int = 3,
         **kwargs: Any,
     ) -> None:
         super().__init__(success_marker=success_marker, **kwargs)
         # Not templated: the resources (checked below, at DAG parse time), the excluded nodes, the secrets' references.
         self.nodes, self.gpus_per_node, self.max_gpus_per_node = nodes, gpus_per_node, max_gpus_per_node
         self.cpus_per_task, self.time_hours, self.timeout_hours = cpus_per_task, time_hours, timeout_hours
-        self.checkpoint_signal = checkpoint_signal
+        self.checkpoint_signal, self.max_segments = checkpoint_signal, max_segments
+        self.max_preemptions = max_preemptions
         self.requeue, self.exclude_nodes = requeue, list(exclude_nodes)
         self.secret_env = validate_secret_env(secret_env)
         # Template fields: where and what the job runs, the paths it reads and writes.
@@ -132,9 +142,10 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
     def _check_resources(self) -> None:
         """Fail at DAG parse time for resource values (they are not templated) and for a cluster option."""
         # DAG parse: the field rules (and the handle module they use) load only where a DAG makes this operator
-        from npa_airflow.slurm.submit.spec_fields import check_request
+        from npa_airflow.slurm.submit.spec_fields import check_request, int_field
 
         check_request(extra_sbatch=self.extra_sbatch, **self._resource_kwargs())
+        int_field("max_preemptions", self.max_preemptions, 0, 100)
 
     def _resource_kwargs(self) -> dict[str, Any]:
         """The `SbatchSpec` resource fields (and the checkpoint warning): plain values, never templated."""
@@ -148,6 +159,7 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             "max_time_hours": None,  # checked against the real partition's MaxTime before submitting
             "requeue": self.requeue,
             "checkpoint_signal": self.checkpoint_signal,
+            "max_segments": self.max_segments,
         }
 
     # -- spec and script ---------------------------------------------------------------------------------
@@ -166,11 +178,13 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
 
     def build_spec(self, cfg: SlurmConnectionConfig, job_name: str) -> SbatchSpec:
         """The bound `SbatchSpec` of `job_name` under the connection settings `cfg` (no I/O)."""
-        # DAG parse: the spec and its container and placeholder modules are run-time only
+        # DAG parse: the naming, the spec and its container and placeholder modules are run-time only
+        from npa_airflow.common.naming import first_segment_name, segment_of
         from npa_airflow.slurm.submit.spec import SbatchSpec
 
         root = results_root_for(cfg, self.results_root, self.slurm_conn_id)
-        results_dir = layout.results_dir(root, job_name)
+        run_name = first_segment_name(job_name)  # every segment of a run keeps its results dir and record id
+        results_dir = layout.results_dir(root, run_name)
         spec = SbatchSpec(
             job_name=job_name,
             command=self.command,
@@ -190,9 +204,10 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
             leader_post_commands=tuple(self.leader_post_commands),
             exclude_nodes=tuple(self.exclude_nodes),
             env_file=layout.sidecar_path(root, job_name) if self.secret_env else None,
+            segment=segment_of(job_name),
             **self._resource_kwargs(),
         )
-        return spec.bind(config_path=self.config_path, job_id=job_name, results_dir=results_dir)
+        return spec.bind(config_path=self.config_path, job_id=run_name, results_dir=results_dir)
 
     def required_inputs(self) -> list[str]:
         # DAG parse: the storage path rules are run-time only

@@ -35,11 +35,10 @@ class TryNames:
         return list(dict.fromkeys([*self.earlier, self.own, *self.legacy]))
 
     def try_of(self, name: str | None) -> int:
-        """The try number a name belongs to (this try's number for an unknown name)."""
-        for names in (self.earlier, self.legacy):
-            if name in names:
-                return names.index(name) + 1
-        return len(self.earlier) + 1
+        """The try number a name belongs to (its ``-t<try>``; this try's number for an unknown name)."""
+        known = name if name in self.earlier or name in self.legacy else self.own
+        number = known.rpartition("-t")[2]
+        return int(number) if number.isdigit() else len(self.legacy) + 1
 
 
 @dataclass(frozen=True)

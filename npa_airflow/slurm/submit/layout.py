@@ -11,6 +11,14 @@ def results_dir(root: str, job_name: str) -> str:
     return f"{root}/{job_name}"
 
 
+CONTINUE_FILE_NAME = "npa-continue"  # NPA_CONTINUE_FILE: a long run's segment that checkpointed writes it
+
+
+def continue_file(results_dir: str) -> str:
+    """The file by which a segment asks for the next one (`npa_airflow.slurm.operators.segments`)."""
+    return f"{results_dir.rstrip('/')}/{CONTINUE_FILE_NAME}"
+
+
 def script_path(root: str, job_name: str) -> str:
     """The submitted sbatch script of a training or conversion job; Airflow's cancel marker sits next to it."""
     return f"{root}/sbatch/{job_name}.sbatch"

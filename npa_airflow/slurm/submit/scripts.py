@@ -14,10 +14,12 @@ import re
 import shlex
 import subprocess
 from collections.abc import Iterable
+from typing import Any
 
 from npa_airflow.common.templates import template_env
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.submit.container import container_srun_options, merge_mounts
+from npa_airflow.slurm.submit.layout import CONTINUE_FILE_NAME
 from npa_airflow.slurm.submit.spec import SbatchSpec
 from npa_airflow.slurm.submit.spec_fields import MASTER_PORT, MAX_SCRIPT_BYTES
 
@@ -27,6 +29,7 @@ MULTINODE_TEMPLATE = "slurm/multinode.sbatch.j2"
 # sets the same names (--container-env). The other rendezvous variables are exported in the step itself.
 JOB_ENV_NAMES = ("NPA_RESULTS_DIR", "NPA_CHILD_EXIT_CODE_FILE", "NPA_CHILD_TIMEOUT_SECONDS")
 CHECKPOINT_ENV_NAMES = ("NPA_CHECKPOINT_SIGNAL", "NPA_CHECKPOINT_SECONDS")  # exported with checkpoint_signal only
+SEGMENT_ENV_NAMES = ("NPA_SEGMENT", "NPA_MAX_SEGMENTS", "NPA_CONTINUE_FILE")  # exported with max_segments > 1 only
 RENDEZVOUS_ENV_NAMES = ("MASTER_ADDR",)
 
 
@@ -42,6 +45,8 @@ def sbatch_directives(spec: SbatchSpec) -> list[str]:
         f"--error={spec.stderr_path}",
         "--requeue" if spec.requeue else "--no-requeue",
     ]
+    if spec.requeue:  # a requeued run appends to the output: the log stream goes on, nothing of the run before is lost
+        options.append("--open-mode=append")
     if spec.multinode:
         options += ["--ntasks-per-node=1", "--wait-all-nodes=1"]
     if spec.gpus_per_node:
@@ -78,7 +83,8 @@ def container_arguments(spec: SbatchSpec) -> list[str]:
     mounts = merge_mounts((spec.results_dir, *spec.inputs), spec.container_mounts)
     rendezvous = RENDEZVOUS_ENV_NAMES if spec.multinode else ()
     checkpoint = CHECKPOINT_ENV_NAMES if spec.checkpoint_signal else ()
-    names = (*JOB_ENV_NAMES, *checkpoint, *rendezvous, *spec.environment, *spec.secret_env_names)
+    segments = SEGMENT_ENV_NAMES if spec.max_segments > 1 else ()
+    names = (*JOB_ENV_NAMES, *checkpoint, *segments, *rendezvous, *spec.environment, *spec.secret_env_names)
     workdir = spec.container_workdir or spec.results_dir
     return container_srun_options(spec.image, mounts, workdir, names, quote)
 
@@ -103,6 +109,7 @@ def render_sbatch(spec: SbatchSpec) -> str:
         results_dir=spec.results_dir,
         timeout_seconds=spec.timeout_seconds,
         checkpoint=spec.checkpoint,
+        segments=_segments(spec),
         command=spec.command.rstrip("\n"),
         # verbatim (not indented): indenting would break a heredoc terminator inside a command
         pre_commands=[c.rstrip("\n") for c in spec.pre_commands],
@@ -111,6 +118,13 @@ def render_sbatch(spec: SbatchSpec) -> str:
         srun_args=srun_arguments(spec),
         container_args=container_arguments(spec),
     )
+
+
+def _segments(spec: SbatchSpec) -> dict[str, Any] | None:
+    """The template's view of a long run's segment (None for a job that is not continued)."""
+    if spec.max_segments == 1:
+        return None
+    return {"segment": spec.segment, "max": spec.max_segments, "file_name": CONTINUE_FILE_NAME}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -51,10 +51,12 @@ from npa_airflow.slurm.submit.spec_fields import (
     CheckpointSignal,
     check_checkpoint_signal,
     check_flag,
+    check_max_segments,
     check_resources,
     check_text,
     child_timeout_hours,
     child_timeout_seconds,
+    int_field,
     invalid,
     refuse_cluster_options,
     str_tuple,
@@ -79,6 +81,8 @@ class SbatchSpec:
     timeout_hours: float | None = None  # None = 95 % of time_hours
     max_time_hours: float | None = DEFAULT_MAX_TIME_HOURS  # the partition's MaxTime; None = unlimited
     checkpoint_signal: str | None = None  # 'USR1@300': the command is signalled 300 s before the limit
+    max_segments: int = 1  # > 1: a long run continued over Slurm jobs (NPA_CONTINUE_FILE); see operators/segments.py
+    segment: int = 1  # which of them this job is
     image: str | None = None  # a .sqsh path; None = no container
     container_mounts: tuple[str, ...] = ()  # the author's, on top of the job's own paths (container.py)
     container_workdir: str | None = None  # where the step starts in the container; None = results_dir
@@ -119,6 +123,8 @@ class SbatchSpec:
         )
         checkpoint = check_checkpoint_signal(self.checkpoint_signal, self.time_hours, self.timeout_hours)
         put("checkpoint_signal", None if checkpoint is None else str(checkpoint))  # normalised: 'USR1@300'
+        check_max_segments(self.max_segments)
+        int_field("segment", self.segment, 1)
         self._check_container(put)
         self._check_environment(put)
         self._check_commands(put)

@@ -61,7 +61,7 @@ OWNED_SBATCH_OPTIONS = frozenset(
     {
         "nodes", "ntasks", "ntasks-per-node", "gres", "gpus", "gpus-per-node", "cpus-per-task", "time",
         "partition", "account", "output", "error", "job-name", "requeue", "no-requeue", "exclusive",
-        "exclude", "wait-all-nodes", "parsable", "wrap", "array", "chdir", "signal",
+        "exclude", "wait-all-nodes", "parsable", "wrap", "array", "chdir", "signal", "open-mode",
     }
 )  # fmt: skip
 EXTRA_SBATCH_RE = re.compile(r"--([a-z][a-z0-9-]*)(?:=([A-Za-z0-9_.,:=@%+/-]+))?")
@@ -241,6 +241,14 @@ def check_checkpoint_signal(value: object, time_hours: float, timeout_hours: flo
     return CheckpointSignal(name, seconds)
 
 
+MAX_SEGMENTS = 1000  # a run continued over more Slurm jobs than this is a loop, not a training run
+
+
+def check_max_segments(value: object) -> int:
+    """How many Slurm jobs a long run may take (1: no continuation; `npa_airflow.slurm.operators.segments`)."""
+    return int_field("max_segments", value, 1, MAX_SEGMENTS)
+
+
 def check_request(
     *,
     extra_sbatch: Iterable[object],
@@ -253,6 +261,7 @@ def check_request(
     max_time_hours: Any,
     requeue: Any,
     checkpoint_signal: Any = None,
+    max_segments: Any = 1,
 ) -> None:
     """The operator's parse-time check: what `SbatchSpec` refuses in these fields, in its order and words, without
     building one (the text fields are Jinja templates, checked once they are rendered)."""
@@ -261,6 +270,7 @@ def check_request(
     timeout = child_timeout_hours(time_hours, timeout_hours, max_time_hours)
     check_checkpoint_signal(checkpoint_signal, time_hours, timeout)
     check_flag("requeue", requeue)
+    check_max_segments(max_segments)
 
 
 def split_total_gpus(total_gpus: int, max_gpus_per_node: int = DEFAULT_MAX_GPUS_PER_NODE) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from npa_airflow.slurm.handle import SlurmJobHandle
 
 # "unsatisfiable": PENDING on a reason waiting never clears (npa_airflow.slurm.submit.fit.NEVER_CLEARING_REASONS).
 # "vanished": neither sacct nor squeue has known the job for `vanished_after` seconds.
+# "continue": a segment of a long run ended with its continue file (npa_airflow.slurm.operators.segments).
 EVENT_STATUSES = (
     "success",
     "failed",
@@ -20,6 +21,7 @@ EVENT_STATUSES = (
     "held_by_qos",
     "unsatisfiable",
     "vanished",
+    "continue",
 )
 
 
@@ -71,10 +73,10 @@ def usage_line(usage: JobUsage | None, unknown: str) -> str:
         return f"GPU usage: unknown ({unknown})"
     gpus = f"{usage.gpus} GPU" + ("" if usage.gpus == 1 else "s")
     nodes = f"{usage.nodes} node" + ("" if usage.nodes == 1 else "s")
-    return f"GPU usage: {usage.gpu_hours:.2f} GPU-hours ({gpus} on {nodes} x {_duration(usage.elapsed_seconds)})"
+    return f"GPU usage: {usage.gpu_hours:.2f} GPU-hours ({gpus} on {nodes} x {duration_text(usage.elapsed_seconds)})"
 
 
-def _duration(seconds: int) -> str:
+def duration_text(seconds: int) -> str:
     """``20 s``, ``8 min 0 s``, ``26 h 3 min 0 s``."""
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from npa_airflow.common.naming import segment_job_name
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaValidationError
 from npa_airflow.slurm.commands import SubmitResult
@@ -67,7 +68,9 @@ def test_live_job_of_earlier_try_is_reattached_by_default():
     hook = HookDouble(existing=[job("41", name(1), JobState.RUNNING)])
     trigger = run_execute(make_op(hook), context(try_number=2))
     assert trigger.handle.job_id == "41" and trigger.handle.job_name == name(1)
-    assert ("find", (name(1), name(2), legacy_name(1))) in hook.calls
+    # try 1's job, and the jobs it resubmitted after a preemption (max_preemptions=3 by default: segments 2-4)
+    earlier = (name(1), *(segment_job_name(name(1), k) for k in (2, 3, 4)))
+    assert ("find", (*earlier, name(2), legacy_name(1))) in hook.calls
     assert not [c for c in hook.calls if c[0] in ("submit", "cancel")]
 
 

@@ -69,9 +69,10 @@ def golden_multi() -> SbatchSpec:
 
 
 def golden_checkpoint() -> SbatchSpec:
-    """A multi-node job in an image with a checkpoint warning (the task passes the signal on: see the template)."""
+    """A multi-node job in an image with a checkpoint warning (the task passes the signal on: see the template), the
+    third segment of a long run (NPA_CONTINUE_FILE)."""
     return SbatchSpec(
-        job_name="npa-train-fit-0123456789-t3",
+        job_name="npa-train-fit-0123456789-s3-t3",
         command="torchrun --nnodes=$WORLD_SIZE --nproc-per-node=$NUM_GPU_PER_NODE --node-rank=$NODE_RANK "
         "--master-addr=$MASTER_ADDR --master-port=$MASTER_PORT train.py --resume",
         log_dir="/lustre/logs",
@@ -83,6 +84,8 @@ def golden_checkpoint() -> SbatchSpec:
         image="/lustre/sqsh/tao-pyt-5.5.0.sqsh",
         environment={"NCCL_DEBUG": "WARN"},
         checkpoint_signal="sigusr1@600",
+        max_segments=12,
+        segment=3,
     )
 
 
@@ -398,7 +401,7 @@ def test_sidecar_is_sourced_and_shredded(tmp_path):
 def test_missing_sidecar_fails_clearly(tmp_path):
     proc, results = run_script(tmp_path, make(tmp_path, "true", env_file=str(tmp_path / "gone.env")))
     assert proc.returncode == 97
-    assert "sidecar env file" in proc.stderr
+    assert "npa: sidecar" in proc.stderr and "is missing" in proc.stderr
     assert not (results / "status.json").exists()
 
 
