@@ -100,3 +100,12 @@ def legacy_earlier_try_names(
 ) -> list[str]:
     """:func:`earlier_try_names` as releases before the deployment key named them."""
     return [legacy_job_name_for(dag_id, task_id, run_id, map_index, t) for t in range(1, try_number)]
+
+
+_SEGMENT_SUFFIX = re.compile(r"-s([0-9]{1,4})(?=-t[0-9]+$)")
+
+
+def segment_of(job_name: str | None) -> int:
+    """The segment a job name belongs to: ``...-s3-t1`` is segment 3; a name without the suffix is segment 1."""
+    found = _SEGMENT_SUFFIX.search(job_name or "")
+    return int(found.group(1)) if found else 1
