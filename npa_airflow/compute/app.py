@@ -1,7 +1,8 @@
 """The Compute page's HTTP side: a FastAPI app the plugin mounts in the Airflow API server.
 
 - ``GET {prefix}/`` the page (static HTML + script; the UI shows it in its "Compute" nav entry);
-- ``GET {prefix}/jobs`` the rows the signed-in user may read, with filter choices and per-cluster totals.
+- ``GET {prefix}/jobs`` the rows the signed-in user may read, with filter choices, per-cluster totals and the
+  GPU-hours per DAG run.
 
 The user is resolved exactly as for Airflow's own API (JWT cookie or bearer token). A row shows only for a DAG the
 user may read; ``can_cancel`` tells the page whether the user may edit its task instances. Cancel itself is the
@@ -22,6 +23,7 @@ from fastapi.responses import HTMLResponse
 
 from npa_airflow.compute import rows as r
 from npa_airflow.compute import sources
+from npa_airflow.compute import usage as u
 from npa_airflow.compute.mount import URL_PREFIX
 
 PAGE = files("npa_airflow.compute").joinpath("page.html")
@@ -47,10 +49,12 @@ def create_app() -> FastAPI:
         snap = sources.snapshot()
         visible = [row for row in snap.rows if row.dag_id in readable]
         shown = r.filter_rows(visible, cluster=cluster, state=state, dag_id=dag_id)
+        every_state = r.filter_rows(visible, cluster=cluster, dag_id=dag_id)  # what the totals count
         clusters = {row.cluster for row in visible}
         return {
             "rows": [{**row.to_json(), "can_cancel": row.dag_id in editable} for row in shown],
-            "totals": r.cluster_totals(r.filter_rows(visible, cluster=cluster, dag_id=dag_id)),
+            "totals": r.cluster_totals(every_state),
+            "run_totals": u.run_totals(every_state),
             "choices": {
                 "cluster": sorted(clusters),
                 "state": sorted({row.state for row in visible}),

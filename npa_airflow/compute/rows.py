@@ -13,6 +13,8 @@ from typing import Any
 from urllib.parse import quote
 
 from npa_airflow.common import xcom_keys
+from npa_airflow.common.naming import segment_of
+from npa_airflow.compute import usage as u
 from npa_airflow.slurm.watch.failures import expand_hostlist
 
 # Task instance states whose job may still be queued or running on a cluster (a try going up for retry may
@@ -41,6 +43,7 @@ class LiveTask(TaskTry):
     handles: Mapping[str, Mapping[str, Any]]
     rendered: Mapping[str, Any] = field(default_factory=dict)  # the try's rendered template fields
     dag_version_id: Any = None  # the serialized DAG that ran the try (what its handles are checked against)
+    reported: Mapping[str, Any] = field(default_factory=dict)  # other XComs read, by key (npa_usage): never trusted
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class JobStatus:
     native_state: str | None = None  # e.g. CONFIGURING, SUSPENDED, INIT
     reason: str | None = None  # Slurm's pending reason (Resources, Priority, JobHeldUser, ...)
     node_list: str | None = None
+    usage: Mapping[str, Any] | None = None  # Slurm: sacct's `JobUsage.to_dict()`; None: unknown
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,10 @@ class ComputeRow(TaskTry):
     log_url: str
     job_url: str | None
     error: str | None = None  # why the handle in the task's XCom is not shown as its job
+    segment: int = 1  # of a run split into segments (the job name's -s<k>; none is segment 1)
+    gpu_hours: float | None = None  # None: unknown (gpu_hours_unknown says why)
+    gpu_hours_unknown: str | None = None
+    gpu_hours_from: str | None = None  # usage.FROM_CLUSTER (the job so far) or usage.FROM_TASK (the whole try)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -215,6 +223,8 @@ def slurm_row(
         gpus=gpus,
         partition=partition,
         job_url=job_url,
+        segment=segment_of(_str_or_none(handle.get("job_name"))),
+        **u.row_gpu_hours(status, task.reported, u.NO_SLURM_RECORD).fields(),
         **_common(task, handle, now),
     )
 
@@ -247,6 +257,8 @@ def burst_row(task: LiveTask, status: JobStatus | None, now: float, job_url: str
         gpus=None,
         partition=None,
         job_url=job_url,
+        segment=segment_of(_str_or_none(handle.get("name"))),
+        **u.row_gpu_hours(status, task.reported, u.NO_BURST_RECORD).fields(),
         **_common(task, handle, now),
     )
 
@@ -267,6 +279,7 @@ def untrusted_row(task: LiveTask, kind: str, why: str, now: float) -> ComputeRow
         partition=None,
         job_url=None,
         error=f"the job handle in this task's XCom is ignored: {why}",
+        **u.GpuHours(None, u.IGNORED).fields(),
         **_common(task, {}, now),
     )
 

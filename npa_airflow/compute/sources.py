@@ -28,6 +28,7 @@ from npa_airflow.common.deployment import current_deployment
 from npa_airflow.common.links import DEFAULT_BURST_URL_TEMPLATE, _extra_value, format_burst_url, format_job_url
 from npa_airflow.compute import rows as r
 from npa_airflow.compute.cache import SharedCache
+from npa_airflow.slurm.commands import SlurmJobInfo
 from npa_airflow.slurm.hook import SlurmHook
 from npa_airflow.trusted_jobs import Distrust, TaskInstanceRef, task_settings, trusted_burst_try, trusted_slurm_handle
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 CACHE_TTL_SECONDS = 10.0
 HANDLE_KEYS = (xcom_keys.SLURM_JOB, xcom_keys.BURST_JOB)
+REPORTED_KEYS = (xcom_keys.USAGE,)  # read in the same query, kept as they are (never trusted)
 
 
 def cache_dir() -> str:
@@ -48,7 +50,8 @@ def default_cache() -> SharedCache:
 
 
 def live_tasks() -> list[r.LiveTask]:
-    """Task instances in a live state whose XCom holds a Slurm or Burst job handle, with their rendered fields."""
+    """Task instances in a live state whose XCom holds a Slurm or Burst job handle, with their rendered fields and
+    the XComs of `REPORTED_KEYS` they pushed."""
     same_ti = and_(
         XComModel.dag_id == TI.dag_id,
         XComModel.run_id == TI.run_id,
@@ -63,7 +66,7 @@ def live_tasks() -> list[r.LiveTask]:
         select(*columns, XComModel.key, XComModel.value, Rtif.rendered_fields)
         .join(XComModel, same_ti)
         .outerjoin(Rtif, rtif_of_ti)
-        .where(TI.state.in_(r.LIVE_TI_STATES), XComModel.key.in_(HANDLE_KEYS))
+        .where(TI.state.in_(r.LIVE_TI_STATES), XComModel.key.in_((*HANDLE_KEYS, *REPORTED_KEYS)))
     )
     found: dict[tuple[str, str, str, int], dict[str, Any]] = {}
     with create_session() as session:
@@ -71,16 +74,32 @@ def live_tasks() -> list[r.LiveTask]:
             entry = found.setdefault(
                 (row.dag_id, row.run_id, row.task_id, row.map_index),
                 {"try_number": row.try_number, "state": str(getattr(row.state, "value", row.state)),
-                 "handles": {}, "rendered": row.rendered_fields or {}, "version": row.dag_version_id},
+                 "handles": {}, "rendered": row.rendered_fields or {}, "version": row.dag_version_id,
+                 "reported": {}},
             )  # fmt: skip
-            value = XComModel.deserialize_value(row)
-            if isinstance(value, dict):
+            value = _value(row)
+            if row.key in REPORTED_KEYS:
+                entry["reported"][row.key] = value
+            elif isinstance(value, dict):
                 entry["handles"][row.key] = value
     return [
-        r.LiveTask(dag, run, task, index, e["try_number"], e["state"], e["handles"], e["rendered"], e["version"])
+        r.LiveTask(
+            dag, run, task, index, e["try_number"], e["state"], e["handles"], e["rendered"], e["version"], e["reported"]
+        )
         for (dag, run, task, index), e in found.items()
         if e["handles"]
     ]
+
+
+UNREADABLE = "<an XCom value that cannot be decoded>"
+
+
+def _value(row: Any) -> Any:
+    """The XCom's value; one that does not decode is kept as UNREADABLE (a handle then is none, a report malformed)."""
+    try:
+        return XComModel.deserialize_value(row)
+    except Exception:
+        return UNREADABLE
 
 
 def _slurm_fetch(conn_id: str, cluster: str | None):
@@ -89,11 +108,15 @@ def _slurm_fetch(conn_id: str, cluster: str | None):
         # One round trip: the sacct, and one squeue for every shown job (a pending job's reason is slurmctld's).
         states = hook.query_jobs(list(job_ids), pending=list(job_ids)).states
         return {
-            job_id: asdict(r.JobStatus(info.state.value, info.native_state, info.reason, info.node_list))
+            job_id: asdict(r.JobStatus(info.state.value, info.native_state, info.reason, info.node_list, _usage(info)))
             for job_id, info in states.items()
         }
 
     return fetch
+
+
+def _usage(info: SlurmJobInfo) -> dict[str, Any] | None:
+    return info.usage.to_dict() if info.usage is not None else None
 
 
 def _burst_fetch(conn_id: str, cluster: str):
@@ -223,7 +246,8 @@ def _rows_of(task, slurm_states, burst_states, configs, now) -> list[r.ComputeRo
     if burst:
         states = burst_states.get((burst["conn_id"], burst["cluster"]), {})
         status = states.get(str(burst.get("job_id"))) if burst.get("job_id") is not None else None
-        out.append(r.burst_row(task, status, now, job_url=_burst_job_url(burst)))
+        reporter = replace(task, reported={}) if slurm else task  # the task's one report counts once (Slurm's row)
+        out.append(r.burst_row(reporter, status, now, job_url=_burst_job_url(burst)))
     return out
 
 

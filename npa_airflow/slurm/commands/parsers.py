@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from npa_airflow.common.states import JobState
 from npa_airflow.exceptions import NpaParseError
@@ -212,13 +213,15 @@ def merge_pending_states(
 
     slurmctld's view wins for a job it shows queued or running: its pending Reason is true on every version
     (24.11's sacct prints Reason=None for every pending job) and it leads accounting. A job that ended keeps
-    sacct's record (exit code, reason), and one squeue no longer shows keeps sacct's answer too.
+    sacct's record (exit code, reason), and one squeue no longer shows keeps sacct's answer too. squeue says
+    nothing of usage: a job both tools show in the same state keeps sacct's; one that changed state between the
+    two has none (unknown).
     """
     merged = dict(accounted)
     for job_id in asked:
-        now = live.get(job_id)
-        if now is not None and (job_id not in accounted or now.state in (JobState.PENDING, JobState.RUNNING)):
-            merged[job_id] = now
+        now, before = live.get(job_id), accounted.get(job_id)
+        if now is not None and (before is None or now.state in (JobState.PENDING, JobState.RUNNING)):
+            merged[job_id] = replace(now, usage=before.usage) if before and before.state is now.state else now
     return merged
 
 

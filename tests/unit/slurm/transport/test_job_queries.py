@@ -102,6 +102,22 @@ async def test_squeue_corrects_a_pending_job_only_while_it_is_queued_or_running(
     assert (info.state, info.native_state, info.node_list) == expected
 
 
+async def test_a_job_squeue_answers_for_keeps_saccts_usage_only_when_both_say_the_same_state(tmp_path):
+    """The Compute page asks squeue about every job it shows: a running job's GPU-hours (sacct's AllocTRES and
+    ElapsedRaw) survive squeue's answer; a job that started between the two tools has none (sacct saw it pend)."""
+    sacct = SACCT_2411.replace("cpu=1,node=1", "cpu=1,gres/gpu=8,node=1")
+    squeue = "7|7|RUNNING|None|c1|wrap\n6|6|RUNNING|None|c2|wrap\n5|5|PENDING|JobHeldUser||wrap\n"
+    query = (
+        await Tools(tmp_path, (0, sacct, ""), (0, squeue, ""))
+        .hook()
+        .aquery_jobs(["5", "6", "7"], pending=["5", "6", "7"])
+    )
+    assert query.states["7"].source == "squeue"
+    assert query.states["7"].usage == commands.JobUsage(gpus=8, nodes=1, elapsed_seconds=5)
+    assert query.states["6"].state is JobState.RUNNING and query.states["6"].usage is None
+    assert query.states["5"].usage == commands.JobUsage(gpus=0, nodes=0, elapsed_seconds=0)
+
+
 async def test_a_pending_job_keeps_saccts_state_when_slurmctld_does_not_answer(tmp_path):
     tools = Tools(tmp_path, (0, SACCT_2411, ""), (1, "", CTLD_DOWN))
     query = await tools.hook().aquery_jobs(["6"], pending=["6"])
