@@ -12,6 +12,8 @@ follows the Slurm side: a job that failed by itself fails the task without a ret
 the end of its log); a failed launch, a lost cluster or infrastructure evidence in the log is retried; a wait that could
 not learn the job's end (API server unreachable past its budget) is retried and leaves job and cluster running
 for the next try. The teardown policy applies only when the job ended, was cancelled, or ``max_wait`` passed.
+Whatever the outcome, the job's GPU-hours (the event's usage, `burst.usage`) go to XCom `npa_usage` and one line of
+the task log before any failure is raised.
 
 Importing this module is cheap: no httpx, no yaml, no SkyPilot at parse time.
 """
@@ -32,6 +34,7 @@ from npa_airflow.common.defaults import default_deferrable
 from npa_airflow.common.links import BurstJobLink
 from npa_airflow.common.previous_try import checked_mode
 from npa_airflow.common.renamed import renamed
+from npa_airflow.common.usage import event_usage, usage_line
 from npa_airflow.exceptions import NpaValidationError
 
 if TYPE_CHECKING:
@@ -240,6 +243,11 @@ class BurstLaunchOperatorBase(BaseOperator):
         self._handle = handle
         context["ti"].xcom_push(key=xcom_keys.BURST_JOB, value=handle.to_dict())
         job = f"burst job {handle.name} on cluster {handle.cluster}"
+        if status == "canceled" and handle.try_name not in (None, self.try_refs(context)[-1].try_name):
+            # An adopted launch of an earlier try was cancelled: that try was cleared, which means "run again".
+            self.log.warning("The adopted %s of an earlier try was cancelled (task cleared); launching anew", job)
+            return self.execute(context)
+        self._report_usage(context, event)  # before any outcome raises: a failed job used its GPUs too
         if status == "interrupted":  # the job's end is unknown: leave it and its cluster to the next try
             self._finished = True
             raise AirflowException(
@@ -247,10 +255,6 @@ class BurstLaunchOperatorBase(BaseOperator):
                 f"(on_previous_try='reattach') or cancels them ('cancel'); to stop them by hand, run "
                 f"`sky down {handle.cluster}` against {handle.endpoint}"
             )
-        if status == "canceled" and handle.try_name not in (None, self.try_refs(context)[-1].try_name):
-            # An adopted launch of an earlier try was cancelled: that try was cleared, which means "run again".
-            self.log.warning("The adopted %s of an earlier try was cancelled (task cleared); launching anew", job)
-            return self.execute(context)
         tail = self._log_tail(handle) if status == "failed" else ""  # read before the teardown takes it away
         # A deadline still has a live launch or job: cancel it; every ending applies the teardown policy.
         self._cancel_and_teardown(handle, cancel=status == "deadline")
@@ -266,6 +270,12 @@ class BurstLaunchOperatorBase(BaseOperator):
         if status == "canceled":
             raise AirflowFailException(f"{job} was cancelled outside Airflow ({message}); not retried")
         return self._fail(handle, event, message, tail)
+
+    def _report_usage(self, context: Context, event: dict[str, Any]) -> None:
+        """The job's GPU-hours to XCom `npa_usage` (None when unknown) and one line of the task log."""
+        usage, unknown = event_usage(event)
+        context["ti"].xcom_push(key=xcom_keys.USAGE, value=usage.to_dict() if usage else None)
+        self.log.info("%s", usage_line(usage, unknown))
 
     def _fail(self, handle: BurstJobHandle, event: dict[str, Any], message: str, tail: str) -> Any:
         # DAG parse: outcome loads the SkyPilot client

@@ -181,6 +181,12 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
         client = await self.aclient()
         return sky.parse_queue(await client.call(sky.build_queue(client.identity, cluster), timeout=120))
 
+    async def ajob_record(self, cluster: str, job_id: int) -> dict[str, Any] | None:
+        """The job's record in the cluster's job queue (its start and end times, resources: `burst.usage`)."""
+        client = await self.aclient()
+        value = await client.call(sky.build_queue(client.identity, cluster), timeout=120)
+        return sky.parse_queue_record(value, job_id)
+
     async def astream_job_log(self, cluster: str, job_id: int) -> AsyncIterator[str]:
         """The job's whole log from its start, followed until the job ends, as text pieces (see
         ``client.joblog`` for what the stream carries)."""

@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from npa_airflow.burst import client as sky
 from npa_airflow.burst.handle import BurstJobHandle
 from npa_airflow.burst.joblog import JobLog, JobLogFollower, LineCount, finish_job_log
+from npa_airflow.burst.usage import usage_fields
 from npa_airflow.common import trigger_events
 from npa_airflow.common.remote_errors import skypilot_cluster_gone
 from npa_airflow.common.retry import Backoff, Budget, apause
@@ -41,11 +42,20 @@ EVENT_STATUSES = ("success", "failed", "canceled", "deadline", "interrupted")
 LOG_DRAIN_SECONDS = 30.0
 MAX_UNREACHABLE_SECONDS = 1800.0
 MAX_CONSECUTIVE_API_ERRORS = 5
+# Why an event's usage is None when the job's end was not read (its `usage_unknown`).
+NO_JOB_RAN = "no job ran: the launch did not finish"
+ENDED_FIRST = "the wait ended before the job's end was recorded"
 
 
-def make_event(status: str, handle: BurstJobHandle, message: str, native_state: str | None = None) -> dict[str, Any]:
+def make_event(
+    status: str, handle: BurstJobHandle, message: str, native_state: str | None = None, **usage: Any
+) -> dict[str, Any]:
+    """An event; ``usage`` is `burst.usage.usage_fields` of the job's end (default: unknown, and why)."""
+    if not usage:
+        why = NO_JOB_RAN if handle.job_id is None else ENDED_FIRST
+        usage = {"usage": None, "usage_unknown": why}
     return trigger_events.make_event(
-        "burst", EVENT_STATUSES, status, handle.to_dict(), message, native_state=native_state
+        "burst", EVENT_STATUSES, status, handle.to_dict(), message, native_state=native_state, **usage
     )
 
 
@@ -221,7 +231,7 @@ class _JobWatch:
                 state = sky.interpret_job_state(native)
                 if state.is_terminal:
                     ended = True
-                    return job_end_event(handle, native, state)
+                    return job_end_event(handle, native, state, **(await self.end_usage(handle)))
                 self.report_pending(handle, native, state)
                 if self.past_deadline():
                     message = f"deadline passed with job {handle.job_id} {native}"
@@ -255,6 +265,17 @@ class _JobWatch:
         self.log.warning("Job status of %s on %s failed (%s); retrying", handle.job_id, handle.cluster, exc)
         await apause(delay)
 
+    async def end_usage(self, handle: BurstJobHandle) -> dict[str, Any]:
+        """The ended job's usage from its job queue record: one more request (``/job_status`` carries no times).
+        Read once: an error leaves the usage unknown, never the job's outcome."""
+        assert handle.job_id is not None
+        try:
+            record = await self.hook.ajob_record(handle.cluster, handle.job_id)
+        except Exception as exc:
+            self.log.warning("Could not read job %s's record on %s: %s", handle.job_id, handle.cluster, exc)
+            return usage_fields(None, f"the job queue could not be read: {exc}")
+        return usage_fields(record)
+
     def report_pending(self, handle: BurstJobHandle, native: str | None, state: JobState) -> None:
         if state is JobState.PENDING:
             self.log.info(
@@ -265,13 +286,13 @@ class _JobWatch:
             self.log.warning("SkyPilot job %s on %s reports state %r", handle.job_id, handle.cluster, native)
 
 
-def job_end_event(handle: BurstJobHandle, native: str | None, state: JobState) -> dict[str, Any]:
+def job_end_event(handle: BurstJobHandle, native: str | None, state: JobState, **usage: Any) -> dict[str, Any]:
     description = f"SkyPilot job {handle.job_id} ({handle.name}) on cluster {handle.cluster} ended {native}"
     if state is JobState.COMPLETE:
-        return make_event("success", handle, description, native)
+        return make_event("success", handle, description, native, **usage)
     if state is JobState.CANCELED:
-        return make_event("canceled", handle, description, native)
-    return make_event("failed", handle, description, native)
+        return make_event("canceled", handle, description, native, **usage)
+    return make_event("failed", handle, description, native, **usage)
 
 
 async def watch_job(

@@ -5,4 +5,4 @@ SLURM_TRY = "slurm_try"  # the try that is waiting on the job: tells a clear fro
 BURST_JOB = "burst_job"  # the Burst job handle (burst/handle.py)
 TRIGGER_CLAIM = "npa_trigger_claim"  # the latest trigger's ownership claim (common/ownership.py)
 BURST_LOG_LINES = "npa_burst_log_lines"  # how many lines of the Burst job's log the task log has (burst/joblog.py)
-USAGE = "npa_usage"  # a Slurm job's GPU-hours: {gpus, nodes, elapsed_seconds, gpu_hours}, None when unknown
+USAGE = "npa_usage"  # a Slurm or Burst job's GPU-hours: {gpus, nodes, elapsed_seconds, gpu_hours}, None when unknown

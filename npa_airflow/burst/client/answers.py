@@ -256,6 +256,16 @@ def parse_queue(return_value: Any) -> dict[int, str]:
     return jobs
 
 
+def parse_queue_record(return_value: Any, job_id: int) -> dict[str, Any] | None:
+    """The ``/queue`` record of ``job_id`` (job_id, status, submitted_at, start_at, end_at, resources, ...)."""
+    if not isinstance(return_value, list):
+        raise NpaParseError(f"queue result is not a list: {_short(return_value)}")
+    for record in return_value:
+        if isinstance(record, dict) and record.get("job_id") == job_id:
+            return record
+    return None
+
+
 def parse_clusters(return_value: Any) -> dict[str, dict[str, Any]]:
     """``/status`` result -> {cluster name: record} (status, nodes, ...); pickled fields are dropped."""
     if not isinstance(return_value, list):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npa_airflow.common.states import JobState
+from npa_airflow.common.usage import JobUsage  # what the state query reads of a job
 
 # JobName goes last and the parser splits at most len-1 times, so a '|' in a foreign job name cannot
 # shift columns. Reason values are scheduler tokens (no '|'), AllocTRES is "name=count" pairs joined by ','.
@@ -43,31 +44,6 @@ CANCEL_SACCT_ERROR = "NPA_CANCEL_SACCT_ERROR"  # why sacct printed no state (e.g
 class SubmitResult:
     job_id: str
     cluster: str | None
-
-
-@dataclass(frozen=True)
-class JobUsage:
-    """What accounting says a job was allocated and how long it ran (sacct's AllocTRES and ElapsedRaw).
-
-    A pending job has none of either (0, 0, 0); a running one's elapsed time counts up to the sacct that read it.
-    """
-
-    gpus: int  # gres/gpu in AllocTRES (every type together); 0 = no GPU
-    nodes: int  # node in AllocTRES
-    elapsed_seconds: int  # ElapsedRaw: the job's last run (see SACCT_FIELDS)
-
-    @property
-    def gpu_hours(self) -> float:
-        return self.gpus * self.elapsed_seconds / 3600
-
-    def to_dict(self) -> dict[str, int | float]:
-        """The JSON shape of trigger events and XCom ``npa_usage``."""
-        return {
-            "gpus": self.gpus,
-            "nodes": self.nodes,
-            "elapsed_seconds": self.elapsed_seconds,
-            "gpu_hours": self.gpu_hours,
-        }
 
 
 @dataclass(frozen=True)

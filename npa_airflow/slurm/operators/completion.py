@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from npa_airflow.common import xcom_keys
 from npa_airflow.common.naming import first_segment_name, segment_of
 from npa_airflow.common.secret_masking import redact_text
+from npa_airflow.common.usage import duration_text, event_usage, usage_line
 from npa_airflow.slurm.operators.bad_nodes import forget_bad_nodes, record_bad_nodes
 from npa_airflow.slurm.operators.job import fail_task
 from npa_airflow.slurm.operators.outage import cluster_read
@@ -28,7 +29,6 @@ from npa_airflow.slurm.operators.outcome import classify_failure, read_log_tail
 from npa_airflow.slurm.operators.segments import NextSegment, RunState, checkpoint_note, run_usage, segment_usage_entry
 from npa_airflow.slurm.submit.layout import continue_file
 from npa_airflow.slurm.triggers import event_handle, validate_event
-from npa_airflow.slurm.watch.trigger_events import duration_text, event_usage, usage_line
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from npa_airflow.common.trigger_events import EVENT_KEYS, check_event, make_event
-from npa_airflow.slurm.commands.records import JobUsage, SlurmJobInfo
+from npa_airflow.common.usage import event_usage as event_usage  # the events' usage (common: Burst's too)
+from npa_airflow.common.usage import usage_line as usage_line
+from npa_airflow.slurm.commands.records import SlurmJobInfo
 from npa_airflow.slurm.handle import SlurmJobHandle
 
 # "unsatisfiable": PENDING on a reason waiting never clears (npa_airflow.slurm.submit.fit.NEVER_CLEARING_REASONS).
@@ -55,31 +57,3 @@ def usage_fields(info: SlurmJobInfo | None, *, accounting: bool) -> dict[str, An
     if info is not None and info.usage is not None:
         return {"usage": info.usage.to_dict()}
     return {"usage": None, "usage_unknown": NO_RECORD if accounting else NO_ACCOUNTING}
-
-
-def event_usage(event: dict[str, Any]) -> tuple[JobUsage | None, str]:
-    """The usage a checked event carries, and why it is unknown when it is (an event of an earlier release, or
-    one that is not readable, has none)."""
-    usage = event.get("usage")
-    counts = [usage.get(k) for k in ("gpus", "nodes", "elapsed_seconds")] if isinstance(usage, dict) else []
-    if len(counts) == 3 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
-        return JobUsage(*counts), ""
-    return None, str(event.get("usage_unknown") or "the wait reported none")
-
-
-def usage_line(usage: JobUsage | None, unknown: str) -> str:
-    """``GPU usage: 2.13 GPU-hours (16 GPUs on 2 nodes x 8 min 0 s)``, or ``GPU usage: unknown (<why>)``."""
-    if usage is None:
-        return f"GPU usage: unknown ({unknown})"
-    gpus = f"{usage.gpus} GPU" + ("" if usage.gpus == 1 else "s")
-    nodes = f"{usage.nodes} node" + ("" if usage.nodes == 1 else "s")
-    return f"GPU usage: {usage.gpu_hours:.2f} GPU-hours ({gpus} on {nodes} x {duration_text(usage.elapsed_seconds)})"
-
-
-def duration_text(seconds: int) -> str:
-    """``20 s``, ``8 min 0 s``, ``26 h 3 min 0 s``."""
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes} min {secs} s"
-    return f"{minutes} min {secs} s" if minutes else f"{secs} s"

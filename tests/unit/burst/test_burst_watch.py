@@ -37,11 +37,13 @@ async def test_watch_retries_a_transient_job_status_failure_then_reports_the_end
     from npa_airflow.burst.watch import watch_job
 
     flaky = sky.SkyPilotApiError("srun: Socket timed out", error_type="CommandError")
-    client = ScriptedClient([{"1": "PENDING"}, flaky, flaky, {"1": "RUNNING"}, {"1": "SUCCEEDED"}])
+    record = {"job_id": 1, "start_at": 10.0, "end_at": 70.0, "resources": "1x[GPU:1]"}
+    client = ScriptedClient([{"1": "PENDING"}, flaky, flaky, {"1": "RUNNING"}, {"1": "SUCCEEDED"}, [record]])
     event = await watch_job(
         SkyPilotHook(client=client), handle(job_id=1), poll_interval=0, deadline=None, stream_logs=False, log=LOG
     )
-    assert (event["status"], event["native_state"], client.calls) == ("success", "SUCCEEDED", 5)
+    assert (event["status"], event["native_state"], client.calls) == ("success", "SUCCEEDED", 6)
+    assert event["usage"] == {"gpus": 1, "nodes": 1, "elapsed_seconds": 60, "gpu_hours": 60 / 3600}
 
 
 async def test_watch_gives_up_after_repeated_job_status_failures_and_on_a_gone_cluster():
