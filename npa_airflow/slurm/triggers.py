@@ -90,6 +90,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         self._secret_values: tuple[str, ...] | None = None  # resolved already (the worker-side wait)
         self.vanished_after = float(vanished_after)
         self.continue_file = continue_file
+        self._ran = False  # seen running since the last requeue
         self._problems = 0  # polls in a row that failed
         self._registration: Registration | None = None
         self._claim_file: str | None = None
@@ -254,7 +255,10 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         reason = info.reason if update.state is JobState.PENDING else None
         if (update.state, reason) == self._last_seen:
             return
-        requeued = update.state is JobState.PENDING and (self._last_seen or (None,))[0] is JobState.RUNNING
+        self._ran = self._ran or update.state is JobState.RUNNING
+        # slurmctld's word only: accounting lags behind a job that just started (PENDING after RUNNING)
+        requeued = update.state is JobState.PENDING and self._ran and info.source == "squeue"
+        self._ran = self._ran and not requeued
         self._last_seen = (update.state, reason)
         why = f", reason {reason}" if reason else ""
         self.log.info("Slurm job %s is %s (%s%s)", self.job_id, info.native_state, update.state.value, why)

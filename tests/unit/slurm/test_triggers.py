@@ -632,3 +632,55 @@ async def test_the_trigger_records_airflows_cancel_and_retries_an_unanswered_one
     trigger = make_trigger(handle_for(tmp_path, script_path="/r/sbatch/npa-dag-task-abc1234567-t1.sbatch"), double)
     assert await trigger._cancel("its deadline passed") == "cancelled"
     assert markers == ["/r/sbatch/npa-dag-task-abc1234567-t1.sbatch.npa-cancelled"] * 2
+
+
+@pytest.mark.parametrize(
+    ("state", "with_file", "status"),
+    [
+        (JobState.ERROR, True, "continue"),
+        (JobState.COMPLETE, True, "continue"),
+        (JobState.COMPLETE, False, "success"),
+        (JobState.ERROR, False, "failed"),
+        (JobState.CANCELED, True, "canceled"),  # a cancel ends the run, whatever the command wrote
+    ],
+)
+async def test_a_segment_that_left_its_continue_file_asks_for_the_next(tmp_path, double, state, with_file, status):
+    handle = handle_for(tmp_path)
+    continue_file = Path(handle["results_dir"]) / "npa-continue"
+    if with_file:
+        continue_file.parent.mkdir(parents=True)
+        continue_file.write_text("step 41000\n")
+    double.states["42"] = state
+    event = await first_event(make_trigger(handle, double, continue_file=str(continue_file)), double)
+    assert event.payload["status"] == status
+    validate_event(event.payload)
+
+
+def test_a_requeue_is_logged_on_slurmctld_s_word_not_on_lagging_accounting(tmp_path, caplog):
+    """A job that just started can read PENDING in sacct for a cycle (accounting lags); a requeue is PENDING in
+    squeue, after the job ran (recorded on 22.05 and 24.11: samples/*/preempted_requeue_*)."""
+    from npa_airflow.slurm.commands import SlurmJobInfo
+    from npa_airflow.slurm.watch.poll_records import PollUpdate
+
+    trigger = make_trigger(handle_for(tmp_path), LocalClusterDouble())
+    caplog.set_level(logging.INFO, logger=LOGGER)
+
+    def seen(state: JobState, source: str, reason: str | None = None) -> None:
+        info = SlurmJobInfo("42", state.name, state, None, None, "n", "c1", reason, source)
+        trigger._log_state(PollUpdate(cycle=1, state=state, info=info))
+
+    seen(JobState.PENDING, "squeue", "Resources")
+    seen(JobState.RUNNING, "squeue")
+    seen(JobState.PENDING, "sacct")  # accounting's lag
+    seen(JobState.RUNNING, "squeue")
+
+    def requeues() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == LOGGER and "was requeued" in r.getMessage()]
+
+    assert not requeues()
+    seen(JobState.PENDING, "sacct")  # 24.11's record of the requeued job
+    seen(JobState.PENDING, "squeue", "BeginTime")
+    seen(JobState.PENDING, "squeue", "Resources")  # still the same requeue
+    seen(JobState.RUNNING, "squeue")
+    seen(JobState.PENDING, "squeue", "BeginTime")
+    assert len(requeues()) == 2 and "Slurm's reason: BeginTime" in requeues()[0]
