@@ -158,7 +158,7 @@ def test_a_job_preempted_without_requeue_is_resubmitted_on_its_own_budget_then_r
 
     used = RunState((), 1, 1.0).to_kwargs()["run"]
     ctx = context()
-    with pytest.raises(AirflowException, match="infrastructure reason .*job state PREEMPTED") as failed:
+    with pytest.raises(AirflowException, match=r"infrastructure reason .*job state PREEMPTED") as failed:
         make_op(HookDouble(), max_preemptions=1).execute_complete(ctx, event, run=used)
     assert not isinstance(failed.value, AirflowFailException)  # a retry: the budget of this try is spent
     assert "excludes" not in str(failed.value)  # a preemption is not the nodes' fault
@@ -167,7 +167,7 @@ def test_a_job_preempted_without_requeue_is_resubmitted_on_its_own_budget_then_r
 def test_a_time_limit_without_the_contract_names_the_options():
     timeout = dict(state="ERROR", native_state="TIMEOUT", exit_code=0, usage=USAGE, **ENDED)
     event = make_event_payload("failed", handle_dict(), "Slurm job 101 ended TIMEOUT", **timeout)
-    with pytest.raises(AirflowFailException, match="checkpoint_signal='USR1@900'.*max_segments=N"):
+    with pytest.raises(AirflowFailException, match=r"checkpoint_signal='USR1@900'.*max_segments=N"):
         make_op(HookDouble()).execute_complete(context(), event)
 
 
