@@ -24,6 +24,7 @@ from npa_airflow.slurm.handle import SlurmJobHandle
 from npa_airflow.slurm.submit.fit import never_clearing_reason
 from npa_airflow.slurm.watch.log_lines import LogFileLines
 from npa_airflow.slurm.watch.poller import PollUpdate, Registration, SlurmPoller, get_poller
+from npa_airflow.slurm.watch.state_log import JobStateLog
 from npa_airflow.slurm.watch.trigger_cancel import SlurmTriggerCancels
 from npa_airflow.slurm.watch.trigger_events import ENDED_FIRST, usage_fields
 
@@ -90,12 +91,10 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         self._secret_values: tuple[str, ...] | None = None  # resolved already (the worker-side wait)
         self.vanished_after = float(vanished_after)
         self.continue_file = continue_file
-        self._ran = False  # seen running since the last requeue
-        self._problems = 0  # polls in a row that failed
         self._registration: Registration | None = None
         self._claim_file: str | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        self._last_seen: tuple[JobState, str | None] | None = None  # state and pending reason last logged
+        self._state_log = JobStateLog(self.handle.job_id, lambda: self.log)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         # `handle` is stored as its dict (as_trigger_row): the row keeps the shape earlier releases wrote
@@ -220,8 +219,7 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         self, update: PollUpdate, reg: Registration, labels: dict[str, str], splitters: dict[str, LogFileLines]
     ) -> dict[str, Any] | None:
         """The event `update` ends the wait with; None while the wait goes on."""
-        self._note_problem(update.error)
-        self._log_state(update)
+        self._state_log.note(update)
         if update.absent_for is not None and update.absent_for >= self.vanished_after:
             return self._vanished_event(update.absent_for)
         if update.state is JobState.PENDING and update.info is not None:
@@ -238,40 +236,9 @@ class SlurmJobTrigger(SlurmTriggerCancels):
             return await self._deadline_event(f"Slurm job {self.job_id} still not finished at its deadline")
         return None
 
-    def _note_problem(self, error: str | None) -> None:
-        """Log a failed poll: the first of a run of them, then every tenth."""
-        if not error:
-            self._problems = 0
-            return
-        self._problems += 1
-        if self._problems == 1 or self._problems % 10 == 0:
-            self.log.warning("Slurm job %s: %s", self.job_id, error)
-
-    def _log_state(self, update: PollUpdate) -> None:
-        """Log the state when it, or the pending reason, changes: "PENDING (Resources)" says why it waits."""
-        info = update.info
-        if info is None:
-            return
-        reason = info.reason if update.state is JobState.PENDING else None
-        if (update.state, reason) == self._last_seen:
-            return
-        self._ran = self._ran or update.state is JobState.RUNNING
-        # slurmctld's word only: accounting lags behind a job that just started (PENDING after RUNNING)
-        requeued = update.state is JobState.PENDING and self._ran and info.source == "squeue"
-        self._ran = self._ran and not requeued
-        self._last_seen = (update.state, reason)
-        why = f", reason {reason}" if reason else ""
-        self.log.info("Slurm job %s is %s (%s%s)", self.job_id, info.native_state, update.state.value, why)
-        if requeued:
-            self.log.warning(
-                "Slurm job %s was requeued (preempted, a node failure or scontrol requeue; Slurm's reason: %s): it "
-                "stays this task's job and runs its script again, so a command that checkpoints resumes from its "
-                "checkpoint (the job's output says which restart it is)",
-                *(self.job_id, info.reason or "none given"),
-            )
-
     def _vanished_event(self, absent_for: float) -> dict[str, Any]:
-        seen = f", last seen {self._last_seen[0].value}" if self._last_seen else ", never seen by this wait"
+        last = self._state_log.last_seen
+        seen = f", last seen {last[0].value}" if last else ", never seen by this wait"
         message = (
             f"Slurm job {self.job_id} ({self.handle.job_name}) is lost: neither sacct nor squeue on "
             f"{self.handle.login_host} has known it for {absent_for / 60:.0f} min{seen}. The cluster may "

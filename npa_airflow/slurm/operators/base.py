@@ -21,8 +21,6 @@ Heavy imports (asyncssh via the hook) happen inside methods: importing this modu
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -37,6 +35,7 @@ from npa_airflow.common.links import SlurmJobLink
 from npa_airflow.common.previous_try import checked_mode
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, ThisTry, on_job_cluster
+from npa_airflow.slurm.operators.waiting import defer_timeout, trigger_deadline, wait_here
 
 if TYPE_CHECKING:
     import jinja2
@@ -47,8 +46,6 @@ if TYPE_CHECKING:
     from npa_airflow.slurm.hook import SlurmHook
     from npa_airflow.slurm.operators.cancel import Cancelling
     from npa_airflow.slurm.operators.submission import Submission
-
-DEFAULT_PENDING_ALLOWANCE = timedelta(hours=24)
 
 
 class SlurmJobOperatorBase(BaseOperator):
@@ -245,10 +242,9 @@ class SlurmJobOperatorBase(BaseOperator):
         next_kwargs: dict[str, Any] | None = None,
         counted_from: float | None = None,
     ) -> Any:
-        """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`.
-
-        The operator settles the job first (script, checks, wait allowance); then each collaborator gets it once.
-        `counted_from`: when a continued run's first segment was submitted (max_wait counts from there)."""
+        """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`. The operator
+        settles the job first (script, checks); then each collaborator gets it once. `counted_from`: when a continued
+        run's first segment was submitted (max_wait counts from there)."""
         # DAG parse: the failure rules, the submission and the cluster checks load the Slurm command builders
         from npa_airflow.slurm.operators.bad_nodes import validated_exclusions
         from npa_airflow.slurm.operators.cluster_checks import check_on_cluster
@@ -261,7 +257,6 @@ class SlurmJobOperatorBase(BaseOperator):
         job = self.prepare_job(job_name, exclude, env, step)
         job = replace(job, owner_comment=self.owner_comment(context, job_name))
         self._show_submitted(job)
-        allowance = self._wait_allowance(job)
         self.check_prepared_job(job)
         submission = Submission.for_step(
             hook,
@@ -280,16 +275,13 @@ class SlurmJobOperatorBase(BaseOperator):
         this.handle = handle = self._adopt_or_submit(context, submission)
         self.cancelling(this).stop_if_killed(hook, handle)
         self._publish(context, handle)
-        # An adopted job keeps its first submission time: the deadline counts from there (a continued run's, from its
-        # first segment's when the allowance is the author's).
-        start = counted_from if counted_from and self._allowance_is_total() else handle.submitted_at
-        trigger = self._trigger(handle, (start or time.time()) + allowance)
+        trigger = self._trigger(handle, self._deadline(job, handle, counted_from))
         if self.deferrable:
             self.defer(
-                trigger=trigger, method_name=next_method, kwargs=next_kwargs, timeout=self._defer_timeout(trigger)
+                trigger=trigger, method_name=next_method, kwargs=next_kwargs, timeout=defer_timeout(trigger.deadline)
             )
         trigger.use_resolved_secrets(env.secrets.values())
-        return getattr(self, next_method)(context, self._wait_here(trigger), **(next_kwargs or {}))
+        return getattr(self, next_method)(context, wait_here(trigger, self.log), **(next_kwargs or {}))
 
     def _publish(self, context: Context, handle: SlurmJobHandle) -> None:
         """The handle to XCom before any wait: a kill, the listener and the next try find the job there."""
@@ -306,25 +298,15 @@ class SlurmJobOperatorBase(BaseOperator):
     def _show_submitted(self, job: PreparedJob) -> None:
         """Hook for subclasses that expose the final script as a template field."""
 
-    def _wait_allowance(self, job: PreparedJob) -> float:
-        """Seconds from the job's submission to the trigger's deadline."""
-        if self.max_wait is not None:
-            return self.max_wait.total_seconds()
-        if self.execution_timeout is not None:
-            return self.execution_timeout.total_seconds()
-        return (job.wall_seconds or 0) + DEFAULT_PENDING_ALLOWANCE.total_seconds()
-
-    def _allowance_is_total(self) -> bool:
-        """max_wait and execution_timeout bound the whole run; the default allowance is each segment's."""
-        return self.max_wait is not None or self.execution_timeout is not None
-
-    @staticmethod
-    def _defer_timeout(trigger: Any) -> timedelta | None:
-        # Airflow's own deferral timeout would drop the trigger without cancelling the job: keep it well
-        # behind the trigger's deadline, which fires an event the operator turns into a cancel.
-        if trigger.deadline is None:
-            return None
-        return timedelta(seconds=max(0.0, trigger.deadline - time.time()) + 600)
+    def _deadline(self, job: PreparedJob, handle: SlurmJobHandle, counted_from: float | None) -> float:
+        """When the wait for `handle`'s job ends (operators/waiting.py)."""
+        return trigger_deadline(
+            max_wait=self.max_wait,
+            execution_timeout=self.execution_timeout,
+            wall_seconds=job.wall_seconds,
+            submitted_at=handle.submitted_at,
+            counted_from=counted_from,
+        )
 
     def _trigger_kwargs(self, handle: SlurmJobHandle, deadline: float | None) -> dict[str, Any]:
         return {
@@ -351,19 +333,6 @@ class SlurmJobOperatorBase(BaseOperator):
         from npa_airflow.slurm.triggers import SlurmJobTrigger
 
         return SlurmJobTrigger(**self._trigger_kwargs(handle, deadline))
-
-    def _wait_here(self, trigger: Any) -> dict[str, Any]:
-        """Non-deferrable: run the same trigger (and shared poller) on this worker until its event."""
-        trigger._log = self.log  # the job's output goes to this task's log
-
-        async def first_event() -> Any:
-            gen = trigger.run()
-            try:
-                return await anext(gen)
-            finally:
-                await gen.aclose()
-
-        return asyncio.run(first_event()).payload
 
     # -- the end of a step, and a kill -----------------------------------------------------------------------
 
@@ -399,17 +368,9 @@ class SlurmJobOperatorBase(BaseOperator):
 
     def next_segment(self, context: Context, ended: Any) -> Any:
         """Submit the segment after `ended` (a `NextSegment`): same results dir, still deferred."""
-        # DAG parse: the naming module is run-time only
-        from npa_airflow.common.naming import segment_job_name
-
-        segment = ended.segment + 1
-        name = segment_job_name(ended.handle.job_name, segment)
-        self.log.info(
-            "Submitting segment %d of at most %d (%s) of the run in %s",
-            *(segment, self.max_segments + ended.run.preemptions, name, ended.handle.results_dir),
-        )
+        self.log.info("%s", ended.announcement(self.max_segments))
         return self.submit_and_wait(
-            context, name, next_kwargs=ended.run.to_kwargs(), counted_from=ended.run.first_submitted_at
+            context, ended.next_name, next_kwargs=ended.run.to_kwargs(), counted_from=ended.run.first_submitted_at
         )
 
     def restart_after_clear(self, context: Context) -> Any:

@@ -17,8 +17,10 @@ holds, and only the earlier segments' usage is missing from the total.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from npa_airflow.common.naming import segment_job_name
 
 CHECKPOINT_NOTE_BYTES = 200  # what of the continue file (layout.continue_file) the log shows
 
@@ -66,7 +68,17 @@ class NextSegment:
     run: RunState  # the run including the ended segment
     why: str  # "TIMEOUT after 3 h 58 min 0 s, checkpoint: step 41000"
     preempted: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def next_name(self) -> str:
+        return segment_job_name(self.handle.job_name, self.segment + 1)
+
+    def announcement(self, max_segments: int) -> str:
+        """The task log's line as the next segment is submitted (a preemption's resubmission adds to the cap)."""
+        most = max_segments + self.run.preemptions
+        return (
+            f"Submitting segment {self.segment + 1} of at most {most} ({self.next_name}) in {self.handle.results_dir}"
+        )
 
 
 def segment_usage_entry(segment: int, job_id: str, usage: dict[str, Any] | None, unknown: str) -> dict[str, Any]:

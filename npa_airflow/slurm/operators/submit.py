@@ -119,21 +119,18 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         **kwargs: Any,
     ) -> None:
         super().__init__(success_marker=success_marker, **kwargs)
-        # Not templated: the resources (checked below, at DAG parse time), the excluded nodes, the secrets' references.
+        # Not templated: the resources (checked below, at DAG parse time), the excluded nodes, the secrets' references;
+        # then the template fields: where and what the job runs, the paths it reads and writes.
         self.nodes, self.gpus_per_node, self.max_gpus_per_node = nodes, gpus_per_node, max_gpus_per_node
         self.cpus_per_task, self.time_hours, self.timeout_hours = cpus_per_task, time_hours, timeout_hours
         self.checkpoint_signal, self.max_segments = checkpoint_signal, max_segments
-        self.max_preemptions = max_preemptions
-        self.requeue, self.exclude_nodes = requeue, list(exclude_nodes)
+        self.max_preemptions, self.requeue, self.exclude_nodes = max_preemptions, requeue, list(exclude_nodes)
         self.secret_env = validate_secret_env(secret_env)
-        # Template fields: where and what the job runs, the paths it reads and writes.
         self.partition, self.account, self.extra_sbatch = partition, account, list(extra_sbatch)
         self.command, self.image, self.container_workdir = command, image, container_workdir
-        self.container_mounts = list(container_mounts)
-        # May be an XComArg (e.g. the NCCL probe's output): resolved when the template fields render.
-        self.environment = environment if environment is not None else {}
+        self.container_mounts, self.leader_post_commands = list(container_mounts), list(leader_post_commands)
+        self.environment = environment if environment is not None else {}  # an XComArg resolves as fields render
         self.pre_commands, self.post_commands = list(pre_commands), list(post_commands)
-        self.leader_post_commands = list(leader_post_commands)
         self.inputs = list(inputs) if not isinstance(inputs, str) else [inputs]
         self.results_root, self.log_dir, self.config_path = results_root, log_dir, config_path
         self.sbatch_script = ""  # filled by render_template_fields: exactly what is submitted

@@ -667,7 +667,7 @@ def test_a_requeue_is_logged_on_slurmctld_s_word_not_on_lagging_accounting(tmp_p
 
     def seen(state: JobState, source: str, reason: str | None = None) -> None:
         info = SlurmJobInfo("42", state.name, state, None, None, "n", "c1", reason, source)
-        trigger._log_state(PollUpdate(cycle=1, state=state, info=info))
+        trigger._state_log.note(PollUpdate(cycle=1, state=state, info=info))
 
     seen(JobState.PENDING, "squeue", "Resources")
     seen(JobState.RUNNING, "squeue")

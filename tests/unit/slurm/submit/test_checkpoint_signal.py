@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -218,16 +219,21 @@ sys.exit(7)
 """
 
 
-def leftover_sleeps(seconds: int) -> list[str]:
-    """Processes still running `sleep <seconds>` (the watchdog's, at the child timeout)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if cmdline.read_bytes() == f"sleep\0{seconds}\0".encode():
-                found.append(cmdline.parent.name)
-        except OSError:
-            continue
-    return found
+def leftover_sleeps(seconds: int, settle: float = 5.0) -> list[str]:
+    """Processes still running `sleep <seconds>` (the watchdog's, at the child timeout) once the SIGKILL the script
+    sent them has had `settle` seconds to land (a loaded machine delivers it late)."""
+    deadline = time.monotonic() + settle
+    while True:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if cmdline.read_bytes() == f"sleep\0{seconds}\0".encode():
+                    found.append(cmdline.parent.name)
+            except OSError:
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 def signalled(tmp_path: Path, command: str, proctrack: str, signal: str = "USR1", **overrides):

@@ -72,7 +72,7 @@ def test_srun_returning_0_for_a_run_slurm_ended_is_not_a_success(tmp_path, answe
     sidecar = sidecar_in(tmp_path)
     controller_says(tmp_path, answer)
     proc, results = run_script(tmp_path, make(tmp_path, "true", env_file=str(sidecar)))
-    assert proc.returncode == 143 and "no longer runs this run" in proc.stderr, proc.stderr
+    assert proc.returncode == 143 and "srun returned 0 for a run Slurm ended" in proc.stderr, proc.stderr
     assert not (results / "status.json").exists() and sidecar.exists()
 
 
