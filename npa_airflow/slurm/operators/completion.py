@@ -142,8 +142,10 @@ class Completion:
         return NextSegment(handle, segment, run, why)
 
     def _checkpoint_note(self, hook: SlurmHook, handle: SlurmJobHandle) -> str:
-        """The first line of the segment's continue file (where it stopped), as the command wrote it."""
+        """The first line of the segment's continue file (where it stopped), as the command wrote it, masked."""
         path = continue_file(handle.results_dir)
+        if not self.mask_secrets():
+            return f"not read (the job's secret values could not be read to mask them; see {path})"
         try:
             chunks = cluster_read(self.log, "reading the continue file", hook.tail_logs, [(path, 0)], max_bytes=200)
         except Exception as exc:

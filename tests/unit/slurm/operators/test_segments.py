@@ -186,3 +186,15 @@ def test_a_retry_looks_for_every_segment_an_earlier_try_may_have_submitted():
         op.execute(ctx)
     (find,) = [c for c in hook.calls if c[0] == "find"]
     assert set(find[1]) >= {try_name(1), segment_job_name(try_name(1), 2), segment_job_name(try_name(1), 3)}
+
+
+def test_a_secret_the_command_wrote_into_its_continue_file_is_masked_in_the_log(monkeypatch, capfd):
+    """A new worker process resumes the task: the job's secrets are registered with its masker before the file
+    is read into the log."""
+    monkeypatch.setenv("AIRFLOW_VAR_HF_TOKEN", "step 41000")
+    hook = CheckpointingHook(submit_outcomes=[SubmitResult(job_id="102", cluster=None)])
+    op = make_op(hook, max_segments=3, secret_env={"HF_TOKEN": "var:hf_token"})
+    with pytest.raises(TaskDeferred):
+        op.execute_complete(context(), continue_event(1))
+    logged = capfd.readouterr().out
+    assert "checkpoint: ***)" in logged and "step 41000" not in logged
