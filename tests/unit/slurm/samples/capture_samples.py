@@ -156,7 +156,8 @@ def capture_find_by_name() -> None:
 
 def capture_preemption() -> None:
     """A job of the gpu partition preempted by one of the urgent partition (the bed's PreemptType=partition_prio,
-    PreemptMode=REQUEUE, GraceTime=20): with --requeue it is requeued under its id, without it it ends PREEMPTED.
+    PreemptMode=REQUEUE, GraceTime=10; recorded with 20): with --requeue it is requeued under its id, without it it
+    ends PREEMPTED.
     The state query's answers while the preemption kills it (``*_ending``) and after (``*_ended``).
     `capture_samples.py preempt` records only these (about two minutes)."""
     for kind, flag in (("requeue", "--requeue"), ("cancel", "--no-requeue")):
