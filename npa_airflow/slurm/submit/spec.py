@@ -252,6 +252,8 @@ class SbatchSpec:
                 )
             if m.group(1) == "signal":  # the task must pass the signal on to the command (templates/slurm)
                 raise invalid("extra_sbatch", option, "use checkpoint_signal (e.g. 'USR1@900') for this warning")
+            if m.group(1) == "open-mode":  # scripts.sbatch_directives: a requeued run's output follows the earlier
+                raise invalid("extra_sbatch", option, "npa-airflow sets --open-mode=append for a job with requeue=True")
             if m.group(1) in OWNED_SBATCH_OPTIONS:
                 raise invalid("extra_sbatch", option, f"--{m.group(1)} is set from the spec's own fields; use those")
         put("extra_sbatch", options)
