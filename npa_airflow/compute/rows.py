@@ -223,8 +223,8 @@ def slurm_row(
         gpus=gpus,
         partition=partition,
         job_url=job_url,
-        segment=segment_of(_str_or_none(handle.get("job_name"))),
-        **u.row_gpu_hours(status, task.reported, u.NO_SLURM_RECORD).fields(),
+        segment=(segment := segment_of(_str_or_none(handle.get("job_name")))),
+        **u.row_gpu_hours(status, task.reported, u.NO_SLURM_RECORD, segment).fields(),
         **_common(task, handle, now),
     )
 

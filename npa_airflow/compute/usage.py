@@ -27,6 +27,7 @@ NO_BURST_RECORD = "SkyPilot reports no GPU usage before the task ends"
 REPORTED_NONE = "the task reported none (its log says why)"
 MALFORMED = "the task's npa_usage XCom is malformed"
 IGNORED = "the job handle is ignored"
+EARLIER_SEGMENTS = "this try reported no usage of the run's earlier segments"
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,10 @@ def gpu_hours_in(usage: Any) -> float | None:
     return None
 
 
-def row_gpu_hours(status: JobStatus | None, reported: Mapping[str, Any], no_record: str) -> GpuHours:
+def row_gpu_hours(status: JobStatus | None, reported: Mapping[str, Any], no_record: str, segment: int = 1) -> GpuHours:
     """A job's GPU-hours: the task's report once the job is not seen queued or running (the report covers the
-    whole try), else the state query's usage; ``no_record`` says why a state without usage is unknown."""
+    whole try), else the state query's usage, plus for a later segment of a long run what the task reported when
+    the earlier ones ended; ``no_record`` says why a state without usage is unknown."""
     active = status is not None and status.state in ACTIVE_STATES
     if not active and xcom_keys.USAGE in reported:
         value = reported[xcom_keys.USAGE]
@@ -62,7 +64,14 @@ def row_gpu_hours(status: JobStatus | None, reported: Mapping[str, Any], no_reco
     if status is None:
         return GpuHours(None, NO_ANSWER)
     hours = gpu_hours_in(status.usage)
-    return GpuHours(None, no_record) if hours is None else GpuHours(hours, source=FROM_CLUSTER)
+    if hours is None:
+        return GpuHours(None, no_record)
+    if segment > 1:
+        earlier = gpu_hours_in(reported.get(xcom_keys.USAGE))
+        if earlier is None:
+            return GpuHours(None, EARLIER_SEGMENTS)
+        hours += earlier
+    return GpuHours(hours, source=FROM_CLUSTER)
 
 
 @dataclass

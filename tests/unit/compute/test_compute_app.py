@@ -11,7 +11,9 @@ from npa_airflow.compute import sources
 
 def _row(job: str, dag: str, state: str, cluster: str = "main", hours: float | None = None) -> r.ComputeRow:
     handle = {"conn_id": "slurm_default", "cluster": cluster, "job_id": job, "job_name": f"npa-{dag}-s2-t1"}
-    task = r.LiveTask(dag, "run", "t", -1, 1, "deferred", {"slurm_job": handle}, {"sbatch_script": "#SBATCH -N 1"})
+    earlier = {"npa_usage": {"gpu_hours": 0.5}}  # what segment 1 used, reported when it ended
+    script = {"sbatch_script": "#SBATCH -N 1"}
+    task = r.LiveTask(dag, "run", "t", -1, 1, "deferred", {"slurm_job": handle}, script, None, earlier)
     usage = None if hours is None else {"gpu_hours": hours}
     status = r.JobStatus(state, state, "Resources" if state == "PENDING" else None, None, usage)
     return r.slurm_row(task, status, {}, now=0.0)
@@ -54,15 +56,16 @@ def test_filters_narrow_the_rows_and_totals(client):
 def test_rows_carry_gpu_hours_and_segment_and_each_run_its_total(client):
     data = client.get("/jobs").json()
     by_job = {row["job"]: row for row in data["rows"]}
-    assert (by_job["1"]["gpu_hours"], by_job["1"]["gpu_hours_from"], by_job["1"]["segment"]) == (1.5, "cluster", 2)
+    # segment 2's own 1.5 so far, and segment 1's 0.5
+    assert (by_job["1"]["gpu_hours"], by_job["1"]["gpu_hours_from"], by_job["1"]["segment"]) == (2.0, "cluster", 2)
     assert by_job["3"]["gpu_hours"] is None and by_job["3"]["gpu_hours_unknown"]
     assert data["run_totals"] == [  # only the runs of readable DAGs: "secret" is not summed anywhere
-        {"dag_id": "mine", "run_id": "run", "jobs": 2, "gpu_hours": 1.5, "unknown": 0},
+        {"dag_id": "mine", "run_id": "run", "jobs": 2, "gpu_hours": 2.5, "unknown": 0},
         {"dag_id": "readonly", "run_id": "run", "jobs": 1, "gpu_hours": None, "unknown": 1},
     ]
     # like the cluster totals, a run's total counts its jobs of every state, within the cluster and DAG filters
     narrowed = client.get("/jobs", params={"state": "pending", "dag_id": "mine"}).json()["run_totals"]
-    assert [(t["dag_id"], t["jobs"], t["gpu_hours"]) for t in narrowed] == [("mine", 2, 1.5)]
+    assert [(t["dag_id"], t["jobs"], t["gpu_hours"]) for t in narrowed] == [("mine", 2, 2.5)]
 
 
 def test_the_page_renders_gpu_hours_segments_and_run_totals(client):

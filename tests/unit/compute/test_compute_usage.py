@@ -63,6 +63,15 @@ def test_an_ended_task_shows_the_total_it_reported(status):
     assert (shown.gpu_hours, shown.gpu_hours_from) == (12.0, u.FROM_TASK)
 
 
+def test_a_running_later_segment_adds_what_the_task_reported_of_the_earlier_ones():
+    """The worker pushes the run's total as each segment ends: the page adds the running segment's own."""
+    running = r.JobStatus("RUNNING", "RUNNING", None, "g1", USAGE)
+    shown = row(running, job_name="npa-train-0123456789-s3-t1", reported={"npa_usage": REPORT})
+    assert (shown.gpu_hours, shown.gpu_hours_from) == (16.0, u.FROM_CLUSTER)
+    unreported = row(running, job_name="npa-train-0123456789-s3-t1")
+    assert (unreported.gpu_hours, unreported.gpu_hours_unknown) == (None, u.EARLIER_SEGMENTS)
+
+
 def test_a_report_does_not_replace_a_running_jobs_state():
     shown = row(r.JobStatus("RUNNING", "RUNNING", None, "g1", USAGE), reported={"npa_usage": REPORT})
     assert (shown.gpu_hours, shown.gpu_hours_from) == (4.0, u.FROM_CLUSTER)
