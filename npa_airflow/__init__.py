@@ -119,7 +119,7 @@ def get_provider_info() -> dict:
                 "ui-field-behaviour": {
                     "hidden-fields": ["schema", "login", "password", "port", "extra"],
                     "relabeling": {"host": "API server endpoint"},
-                    "placeholders": {"host": "http://127.0.0.1:46580"},
+                    "placeholders": {"host": "http://127.0.0.1:26580"},
                 },
                 "conn-fields": _SKYPILOT_FIELDS,
             },

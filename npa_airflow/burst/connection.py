@@ -1,7 +1,7 @@
 """The ``skypilot`` connection read into a typed config: the API server's endpoint, its token, the SkyPilot
 config overrides sent with each request, the dashboard URL template and the user requests are made as.
 
-Connection fields: host = endpoint (``http://127.0.0.1:46580``; a port on the connection is appended; a host
+Connection fields: host = endpoint (``http://127.0.0.1:26580``; a port on the connection is appended; a host
 without a scheme means https), extra ``token`` (service-account Bearer token; the password field works too),
 ``config_overrides`` (object merged into each request's SkyPilot config), ``dashboard_url_template``, ``user``
 (the name requests are made as; default ``airflow``).
@@ -59,7 +59,7 @@ class SkyPilotConnectionConfig:
         if not host:
             raise NpaValidationError(
                 f"connection {conn_id!r}: host is empty; set it to the SkyPilot API server endpoint, "
-                "e.g. http://127.0.0.1:46580"
+                "e.g. http://127.0.0.1:26580"
             )
         if "://" not in host:  # plain http only when written: the token and the launch's secrets travel in clear
             host = f"{'http' if conn.schema == 'http' else 'https'}://{host}"

@@ -16,7 +16,7 @@ def burst_handle(**overrides) -> BurstJobHandle:
     """A valid handle of a launched burst job; ``overrides`` change single fields."""
     args = dict(
         conn_id="skypilot_default",
-        endpoint="http://127.0.0.1:46580",
+        endpoint="http://127.0.0.1:26580",
         cluster="npa-demo-0123456789-t1",
         name="demo",
         request_id=RID,

@@ -52,7 +52,7 @@ def request_id(record: dict) -> str:
 
 
 def main() -> None:
-    endpoint = os.environ.get("NPA_SKY_ENDPOINT", "http://127.0.0.1:46580")
+    endpoint = os.environ.get("NPA_SKY_ENDPOINT", "http://127.0.0.1:26580")
     SAMPLES.mkdir(parents=True, exist_ok=True)
     with SkyPilotClient(endpoint) as client:
         ident = client.identity
