@@ -178,14 +178,16 @@ class SkyPilotHook(ConfiguredHook[SkyPilotConnectionConfig]):
 
     async def ajobs(self, cluster: str) -> dict[int, str]:
         """{job id: native state} of every job on ``cluster``."""
-        client = await self.aclient()
-        return sky.parse_queue(await client.call(sky.build_queue(client.identity, cluster), timeout=120))
+        return sky.parse_queue(await self._aqueue(cluster))
 
     async def ajob_record(self, cluster: str, job_id: int) -> dict[str, Any] | None:
         """The job's record in the cluster's job queue (its start and end times, resources: `burst.usage`)."""
+        return sky.parse_queue_record(await self._aqueue(cluster), job_id)
+
+    async def _aqueue(self, cluster: str) -> Any:
+        """The ``/queue`` answer for ``cluster``: one record a job."""
         client = await self.aclient()
-        value = await client.call(sky.build_queue(client.identity, cluster), timeout=120)
-        return sky.parse_queue_record(value, job_id)
+        return await client.call(sky.build_queue(client.identity, cluster), timeout=120)
 
     async def astream_job_log(self, cluster: str, job_id: int) -> AsyncIterator[str]:
         """The job's whole log from its start, followed until the job ends, as text pieces (see

@@ -30,6 +30,7 @@ from npa_airflow.common import trigger_events
 from npa_airflow.common.remote_errors import skypilot_cluster_gone
 from npa_airflow.common.retry import Backoff, Budget, apause
 from npa_airflow.common.states import JobState
+from npa_airflow.common.usage import ENDED_FIRST
 from npa_airflow.exceptions import NpaConnectionError, NpaValidationError
 
 if TYPE_CHECKING:
@@ -42,9 +43,8 @@ EVENT_STATUSES = ("success", "failed", "canceled", "deadline", "interrupted")
 LOG_DRAIN_SECONDS = 30.0
 MAX_UNREACHABLE_SECONDS = 1800.0
 MAX_CONSECUTIVE_API_ERRORS = 5
-# Why an event's usage is None when the job's end was not read (its `usage_unknown`).
+# Why an event's usage is None when no job ran (its `usage_unknown`; a wait that ended first: common.usage).
 NO_JOB_RAN = "no job ran: the launch did not finish"
-ENDED_FIRST = "the wait ended before the job's end was recorded"
 
 
 def make_event(

@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# Why an event's usage is None: its wait ended (a deadline, a reason that never clears, a lost job) before the job's
+# end was recorded.
+ENDED_FIRST = "the wait ended before the job's end was recorded"
+
 
 @dataclass(frozen=True)
 class JobUsage:

@@ -139,7 +139,7 @@ class Completion:
                 f"{handle.results_dir}."
             )
         self.log.info("Segment %d of at most %d ended to be continued (%s)", segment, self.max_segments, why)
-        return NextSegment(handle, segment, run, why)
+        return NextSegment(handle, run)
 
     def _checkpoint_note(self, hook: SlurmHook, handle: SlurmJobHandle) -> str:
         """The first line of the segment's continue file (where it stopped), as the command wrote it, masked."""
@@ -162,7 +162,7 @@ class Completion:
             "command that checkpointed on the warning resumes from its checkpoint",
             *(handle.job_id, handle.job_name, event.get("native_state"), run.preemptions, self.max_preemptions),
         )
-        return NextSegment(handle, segment_of(handle.job_name), run, "preempted", preempted=True)
+        return NextSegment(handle, run)
 
     def _accept_event(self, event: Any) -> tuple[SlurmJobHandle, str]:
         try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from npa_airflow.common.naming import segment_job_name
+from npa_airflow.common.naming import segment_job_name, segment_of
 
 CHECKPOINT_NOTE_BYTES = 200  # what of the continue file (layout.continue_file) the log shows
 
@@ -61,13 +61,15 @@ class RunState:
 
 @dataclass(frozen=True)
 class NextSegment:
-    """A segment ended to be continued (`continued`) or was preempted without requeue (`preempted`)."""
+    """A segment that ended to be continued, or was preempted without requeue: the next one follows."""
 
     handle: Any  # the ended segment's SlurmJobHandle
-    segment: int  # the ended segment's number
     run: RunState  # the run including the ended segment
-    why: str  # "TIMEOUT after 3 h 58 min 0 s, checkpoint: step 41000"
-    preempted: bool = False
+
+    @property
+    def segment(self) -> int:
+        """The ended segment's number (its job name's)."""
+        return segment_of(self.handle.job_name)
 
     @property
     def next_name(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from npa_airflow.common.trigger_events import EVENT_KEYS, check_event, make_event
+from npa_airflow.common.usage import ENDED_FIRST as ENDED_FIRST
 from npa_airflow.common.usage import event_usage as event_usage  # the events' usage (common: Burst's too)
 from npa_airflow.common.usage import usage_line as usage_line
 from npa_airflow.slurm.commands.records import SlurmJobInfo
@@ -48,7 +49,6 @@ def event_handle(event: dict[str, Any]) -> SlurmJobHandle:
 # Why an event's usage is None (its `usage_unknown`).
 NO_ACCOUNTING = "the cluster keeps no accounting"
 NO_RECORD = "accounting has no record of the job's allocation"
-ENDED_FIRST = "the wait ended before the job's end was recorded"
 
 
 def usage_fields(info: SlurmJobInfo | None, *, accounting: bool) -> dict[str, Any]:
