@@ -9,8 +9,8 @@ Subclasses only say what to submit: `prepare_job(job_name, exclude_nodes, env, s
 and does no I/O; what it needs from outside (the connection, resolved secrets) comes in `env`, read by
 `job_environment`, and local checks of the result (e.g. `bash -n`) run in `check_prepared_job`.
 
-Each step of a task is its own method: `execute` submits and defers to `execute_complete`; a subclass with more
-steps (the NCCL probe's knob sets) defers to its own method with the step's state in the deferral kwargs.
+Each step of a task is its own method: `execute` starts the job (`start_job`) and defers to `execute_complete`; a
+subclass with more steps (the NCCL probe's knob sets) defers to its own method with the step's state in the kwargs.
 
 The operator keeps the steps (execute, defer, execute_complete, on_kill) and wires its collaborators: the try's
 `ThisTry` (job.py: its hook, the step's prepared job and handle), `Submission` (submission.py: adopt or submit),
@@ -242,9 +242,20 @@ class SlurmJobOperatorBase(BaseOperator):
         next_kwargs: dict[str, Any] | None = None,
         counted_from: float | None = None,
     ) -> Any:
-        """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`. The operator
-        settles the job first (script, checks); then each collaborator gets it once. `counted_from`: when a continued
-        run's first segment was submitted (max_wait counts from there)."""
+        """Adopt or submit the job `job_name`, then wait for it and hand its event to `next_method`. `counted_from`:
+        when a continued run's first segment was submitted (max_wait counts from there)."""
+        trigger = self.start_job(context, job_name, step, counted_from)
+        if self.deferrable:
+            self.defer(
+                trigger=trigger, method_name=next_method, kwargs=next_kwargs, timeout=defer_timeout(trigger.deadline)
+            )
+        return getattr(self, next_method)(context, wait_here(trigger, self.log), **(next_kwargs or {}))
+
+    def start_job(
+        self, context: Context, job_name: str, step: Mapping[str, Any] | None, counted_from: float | None
+    ) -> Any:
+        """Adopt or submit the job `job_name`, publish its handle, and return the trigger to wait with (the job is
+        settled first: script, checks; then each collaborator gets it once). Also the triggerer's start."""
         # DAG parse: the failure rules, the submission and the cluster checks load the Slurm command builders
         from npa_airflow.slurm.operators.bad_nodes import validated_exclusions
         from npa_airflow.slurm.operators.cluster_checks import check_on_cluster
@@ -276,12 +287,8 @@ class SlurmJobOperatorBase(BaseOperator):
         self.cancelling(this).stop_if_killed(hook, handle)
         self._publish(context, handle)
         trigger = self._trigger(handle, self._deadline(job, handle, counted_from))
-        if self.deferrable:
-            self.defer(
-                trigger=trigger, method_name=next_method, kwargs=next_kwargs, timeout=defer_timeout(trigger.deadline)
-            )
-        trigger.use_resolved_secrets(env.secrets.values())
-        return getattr(self, next_method)(context, wait_here(trigger, self.log), **(next_kwargs or {}))
+        trigger.use_resolved_secrets(env.secrets.values())  # a wait in this process never resolves them again
+        return trigger
 
     def _publish(self, context: Context, handle: SlurmJobHandle) -> None:
         """The handle to XCom before any wait: a kill, the listener and the next try find the job there."""
@@ -309,6 +316,10 @@ class SlurmJobOperatorBase(BaseOperator):
         )
 
     def _trigger_kwargs(self, handle: SlurmJobHandle, deadline: float | None) -> dict[str, Any]:
+        """The wait's trigger; `continue_file`: the file by which a segment of a long run asks for the next one."""
+        # DAG parse: the layout is run-time only
+        from npa_airflow.slurm.submit.layout import continue_file
+
         return {
             "handle": handle.to_dict(),
             "conn_id": self.slurm_conn_id,
@@ -318,15 +329,8 @@ class SlurmJobOperatorBase(BaseOperator):
             "stream_logs": self.stream_logs,
             "cancel_on_kill": self.cancel_on_kill,
             "secret_env": self.secret_references(),
-            "continue_file": self._continue_file(handle),
+            "continue_file": continue_file(handle.results_dir) if self.max_segments > 1 else None,
         }
-
-    def _continue_file(self, handle: SlurmJobHandle) -> str | None:
-        """The file by which a segment of a long run asks for the next one (None: the job is not continued)."""
-        # DAG parse: the layout is run-time only
-        from npa_airflow.slurm.submit.layout import continue_file
-
-        return continue_file(handle.results_dir) if self.max_segments > 1 else None
 
     def _trigger(self, handle: SlurmJobHandle, deadline: float | None) -> Any:
         # DAG parse: the trigger loads the poller and the hook (asyncssh)

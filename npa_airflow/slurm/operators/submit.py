@@ -11,6 +11,7 @@ from airflow.sdk.configuration import conf
 from npa_airflow.common.secret_env import resolve_secret_env, validate_secret_env
 from npa_airflow.slurm.operators.base import SlurmJobOperatorBase
 from npa_airflow.slurm.operators.job import JobEnvironment, PreparedJob, results_root_for
+from npa_airflow.slurm.operators.trigger_start import StartsInTriggerer
 from npa_airflow.slurm.submit import layout
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
 
 
-class SlurmSubmitOperator(SlurmJobOperatorBase):
+class SlurmSubmitOperator(StartsInTriggerer, SlurmJobOperatorBase):
     """Submit one sbatch job rendered from the seed's templates and wait for it (deferrable).
 
     Resources and commands mirror `SbatchSpec` (see its docstring for defaults and limits). `results_root`
@@ -54,6 +55,9 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         many times in one try (default 3) without spending a retry; then it is an infrastructure failure.
     :param success_marker: the template writes `status.json` into the results dir only when every task
         succeeded; a COMPLETED job without it fails the task. `None` trusts the Slurm state alone.
+    :param start_from_trigger: start in the triggerer, no worker (`operators/trigger_start.py`): it renders,
+        checks, submits and waits there and ends the task there when the job succeeds; a failure, a later try or
+        a segment resumes on a worker. Needs `deferrable`. Not templated.
 
     The rendered script is the template field `sbatch_script` ("Rendered Template" in the UI).
     `command` and the other text fields are Jinja templates: bash's `${#VAR}` opens a Jinja comment, so
@@ -116,16 +120,16 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         checkpoint_signal: str | None = None,
         max_segments: int = 1,
         max_preemptions: int = 3,
+        start_from_trigger: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(success_marker=success_marker, **kwargs)
-        # Not templated: the resources (checked below, at DAG parse time), the excluded nodes, the secrets' references;
-        # then the template fields: where and what the job runs, the paths it reads and writes.
+        self.use_start_from_trigger(start_from_trigger)
         self.nodes, self.gpus_per_node, self.max_gpus_per_node = nodes, gpus_per_node, max_gpus_per_node
         self.cpus_per_task, self.time_hours, self.timeout_hours = cpus_per_task, time_hours, timeout_hours
         self.checkpoint_signal, self.max_segments = checkpoint_signal, max_segments
         self.max_preemptions, self.requeue, self.exclude_nodes = max_preemptions, requeue, list(exclude_nodes)
-        self.secret_env = validate_secret_env(secret_env)
+        self.secret_env = validate_secret_env(secret_env)  # references only: the values are read at run time
         self.partition, self.account, self.extra_sbatch = partition, account, list(extra_sbatch)
         self.command, self.image, self.container_workdir = command, image, container_workdir
         self.container_mounts, self.leader_post_commands = list(container_mounts), list(leader_post_commands)
@@ -136,8 +140,25 @@ class SlurmSubmitOperator(SlurmJobOperatorBase):
         self.sbatch_script = ""  # filled by render_template_fields: exactly what is submitted
         self._check_resources()
 
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        """The base's, and the arguments the triggerer rebuilds this operator from (`start_from_trigger`)."""
+        # DAG parse: the field's name only
+        from npa_airflow.common.serialized_tasks import INIT_KWARGS_FIELD
+
+        return frozenset(super().get_serialized_fields() | {INIT_KWARGS_FIELD})
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, run: dict[str, Any] | None = None
+    ) -> Any:
+        """The base's; or, when the triggerer handed the start to this worker, `execute`."""
+        if self.started_on_worker(context, event):
+            return self.execute(context)
+        return super().execute_complete(context, event, run)
+
     def _check_resources(self) -> None:
-        """Fail at DAG parse time for resource values (they are not templated) and for a cluster option."""
+        """Fail at DAG parse time for resource values and for a cluster option (neither is templated: the fields
+        that are say where and what the job runs, and the paths it reads and writes)."""
         # DAG parse: the field rules (and the handle module they use) load only where a DAG makes this operator
         from npa_airflow.slurm.submit.spec_fields import check_request, int_field
 
