@@ -17,6 +17,7 @@ The job id itself is checked on the cluster at the cancel: only the connection u
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -151,16 +152,33 @@ def task_settings(dag_version_id: Any, task_id: str, conn_attr: str) -> TaskSett
     with create_session() as session:
         dag = _bag.get_dag(dag_version_id, session)
     task = dag.task_dict.get(task_id) if dag is not None else None
-    if task is None:
-        return None
-    partial = getattr(task, "partial_kwargs", None) or {}  # a mapped task's values given to .partial()
+    return settings_of(task, conn_attr) if task is not None else None
+
+
+def settings_of(task: Any, conn_attr: str) -> TaskSettings:
+    """The settings of the serialized `task` (pure): its own value, else the one given to `.partial()` (a mapped
+    task), else the operator class's default (a mapped task keeps only what `.partial()` was given)."""
+    partial = getattr(task, "partial_kwargs", None) or {}
 
     def value(name: str) -> Any:
         found = getattr(task, name, None)
-        return partial.get(name) if found is None else found
+        found = partial.get(name) if found is None else found
+        return _class_default(task, name) if found is None else found
 
     def text(name: str) -> str | None:
         found = value(name)
         return found if isinstance(found, str) and found else None
 
     return TaskSettings(text(conn_attr), text("results_root"), text("cluster_name"), text("teardown"))
+
+
+def _class_default(task: Any, name: str) -> Any:
+    """The default of the argument `name` of the operator class `task` was made from (None when unknown)."""
+    # the serializer's reader: only where a serialized task is read
+    from npa_airflow.common.serialized_tasks import NotRebuildable, own_parameters, task_class
+
+    try:
+        default = own_parameters(task_class(task)).get(name)
+    except (NotRebuildable, ImportError):
+        return None
+    return None if default is inspect.Parameter.empty else default

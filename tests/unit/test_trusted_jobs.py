@@ -127,3 +127,28 @@ def test_a_burst_handle_points_at_one_of_the_task_s_tries():
         {**raw, "cluster": "shared", "try_name": first.try_name}, TI, TaskSettings("sky", cluster_name="shared"), PROD
     )
     assert pinned.try_number == 1 and pinned.pinned
+
+
+def test_the_settings_of_a_serialized_task_fall_back_to_partial_then_to_the_operators_default():
+    """A mapped task keeps only what `.partial()` was given: its connection is then the operator's default (the
+    listener used to find none and left such a task's job running)."""
+    import json
+
+    from airflow.sdk import DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from npa_airflow.slurm.operators import SlurmSubmitOperator
+    from npa_airflow.trusted_jobs import settings_of
+
+    job = {"partition": "cpu", "gpus_per_node": 0}
+    with DAG("npa_unit_settings", schedule=None) as dag:
+        SlurmSubmitOperator.partial(task_id="defaulted", **job).expand(command=["a"])
+        SlurmSubmitOperator.partial(task_id="given", slurm_conn_id="slurm_b", results_root="/r", **job).expand(
+            command=["a"]
+        )
+        SlurmSubmitOperator(task_id="plain", command="a", slurm_conn_id="slurm_c", **job)
+    tasks = DagSerialization.from_dict(json.loads(json.dumps(DagSerialization.to_dict(dag)))).task_dict
+    assert settings_of(tasks["defaulted"], "slurm_conn_id").conn_id == "slurm_default"
+    given = settings_of(tasks["given"], "slurm_conn_id")
+    assert (given.conn_id, given.results_root) == ("slurm_b", "/r")
+    assert settings_of(tasks["plain"], "slurm_conn_id").conn_id == "slurm_c"
