@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -41,9 +42,28 @@ def _background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+_targets = threading.local()  # a thread's own choice of loop for run_sync (calls_on)
+
+
+@contextlib.contextmanager
+def calls_on(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Within the block, this thread's run_sync runs its coroutines on `loop`, another thread's running loop: the
+    triggerer's start threads then share that loop's SSH connections with its poller instead of opening more."""
+    previous = getattr(_targets, "loop", None)
+    _targets.loop = loop
+    try:
+        yield
+    finally:
+        _targets.loop = previous
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on the background loop and wait for its result (from a thread without a running loop)."""
-    return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result()
+    """Run ``coro`` on the background loop (or the loop of `calls_on`) and wait for its result (from a thread
+    without a running loop)."""
+    loop = getattr(_targets, "loop", None)
+    if loop is None or not loop.is_running():
+        loop = _background_loop()
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
 def spawn(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:

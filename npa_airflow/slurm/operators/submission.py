@@ -112,8 +112,8 @@ class Submission:
         lookup = cluster_read(self.log, "looking up earlier tries", hook.find_jobs_by_name, names.all)
         found = self._owned(lookup, names)
         mine = [j for j in found if j.job_name == job.job_name]
-        if mine:  # this very try already submitted (the worker died after sbatch and came back)
-            return self._adopt_single(mine, "this try's job, submitted before the worker restarted")
+        if mine:  # this very try already submitted (its worker, or the triggerer that started it, died after sbatch)
+            return self._adopt_single(mine, "this try's job, submitted before its start was interrupted")
 
         def by_try(j: SlurmJobInfo) -> tuple[int, int]:
             return names.try_of(j.job_name), segment_of(j.job_name)

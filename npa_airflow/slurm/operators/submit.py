@@ -152,7 +152,7 @@ class SlurmSubmitOperator(StartsInTriggerer, SlurmJobOperatorBase):
         self, context: Context, event: dict[str, Any] | None = None, run: dict[str, Any] | None = None
     ) -> Any:
         """The base's; or, when the triggerer handed the start to this worker, `execute`."""
-        if self.started_on_worker(context, event):
+        if self.started_on_worker(event):
             return self.execute(context)
         return super().execute_complete(context, event, run)
 

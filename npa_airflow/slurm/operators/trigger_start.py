@@ -10,14 +10,11 @@ triggerer cannot do (a later try, an argument it cannot rebuild, a refusal) runs
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.triggers.base import StartTriggerArgs
 
 from npa_airflow.exceptions import NpaValidationError
-
-if TYPE_CHECKING:
-    from airflow.sdk import Context
 
 START_ON_WORKER = "start_on_worker"  # the status of the event by which the trigger hands the start to a worker
 START_TRIGGER_ARGS = StartTriggerArgs(
@@ -53,7 +50,7 @@ class StartsInTriggerer:
 
         return init_kwargs_json(self) if self.start_from_trigger else None  # type: ignore[arg-type]
 
-    def started_on_worker(self, context: Context, event: dict[str, Any] | None) -> bool:
+    def started_on_worker(self, event: dict[str, Any] | None) -> bool:
         """Whether `event` hands the start to this worker (then `execute` runs here)."""
         if not isinstance(event, dict) or event.get("status") != START_ON_WORKER:
             return False

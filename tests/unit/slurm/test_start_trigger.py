@@ -113,3 +113,19 @@ def test_once_the_job_is_waited_on_its_wait_decides(monkeypatch):
     asyncio.run(trigger.on_kill())
     asyncio.run(trigger.on_kill())  # Airflow may call it again: once
     assert calls == ["wait"] and not op.killed.is_set()
+
+
+def test_the_hooks_commands_in_a_start_thread_run_on_the_triggerers_loop():
+    """The sync hook's run_sync lands on the loop that started the thread: the start shares that loop's SSH
+    connections (the poller's) instead of opening its own on the private background loop."""
+    from npa_airflow.common.background_loop import run_sync
+
+    async def loop_of() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    async def main():
+        return asyncio.get_running_loop(), await in_thread(lambda: run_sync(loop_of()))
+
+    caller, used = asyncio.run(main())
+    assert used is caller
+    assert run_sync(loop_of()) is not caller  # outside a start thread: the private background loop
