@@ -127,12 +127,12 @@ class AirflowApi:
         r = self.request("PATCH", self._ti_path(dag_id, run_id, task_id), json={"new_state": new_state})
         return r.json()["task_instances"]
 
-    def log_lines(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[str]:
+    def log_lines(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> list[str]:
         """The task's log as the UI shows it: one string per structured log event."""
         r = self.request(
             "GET",
             f"{self._ti_path(dag_id, run_id, task_id)}/logs/{try_number}",
-            params={"full_content": "true"},
+            params={"full_content": "true", **({"map_index": map_index} if map_index >= 0 else {})},
             headers={"Accept": "application/json"},
         )
         return [_event_text(item) for item in r.json()["content"]]

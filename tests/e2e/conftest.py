@@ -114,6 +114,8 @@ def _deployment(shape: str, home: str, port: str) -> AirflowInstance:
         "NPA_AIRFLOW_USER": "admin",
         "NPA_AIRFLOW_PASSWORD": "e2e-admin",
         "AIRFLOW_VAR_NPA_E2E_TOKEN": E2E_SECRET,
+        # The triggerer imports the e2e DAGs' own operator module by name (start_from_trigger).
+        "PYTHONPATH": os.pathsep.join(p for p in (str(E2E_DAGS), os.environ.get("PYTHONPATH", "")) if p),
     }
     keep = os.environ.get("NPA_E2E_KEEP") == "1"
     instance = AirflowInstance(
