@@ -37,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-after", type=float, default=65.0, help="s after all deferred (triggerer)")
     parser.add_argument("--cancel-wait", type=float, default=60.0, help="how long to wait for cancels (triggerer)")
     parser.add_argument("--anchor-cancel-up-to", type=int, help="largest N of the anchor's cancel run (triggerer)")
-    parser.add_argument("--sides", default="npa,anchor", help="which sides to run (triggerer): npa, anchor")
+    parser.add_argument(
+        "--sides",
+        default="npa,npa_trigger,anchor",
+        help="which sides to run (triggerer): npa, npa_trigger (started in the triggerer), anchor",
+    )
     parser.add_argument("--phases", default="wait,cancel", help="which DAG runs per side and N (triggerer)")
     parser.add_argument("--mem-floor-mib", type=int, default=1500, help="stop a side below this MemAvailable")
     parser.add_argument("--airflow-home", default="/var/tmp/npa-airflow-bench", help="triggerer part's AIRFLOW_HOME")

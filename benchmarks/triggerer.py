@@ -25,7 +25,7 @@ from benchmarks.task_logs import deferral_span, fired_at, read_try_logs
 from benchmarks.ti_watch import TERMINAL, RunTimes, latency_stats
 from benchmarks.triggerer_phases import Bench, WindowCounts, job_names, log, read_stamps
 
-SIDES = ("npa", "anchor")
+SIDES = ("npa", "npa_trigger", "anchor")  # npa_trigger: started in the triggerer (start_from_trigger)
 
 
 @dataclass
@@ -59,6 +59,7 @@ class SideResult:
     reached: int = 0  # tasks deferred at the same time (n when the side got there)
     stopped: str | None = None
     defer_s: float | None = None
+    submitted_s: float | None = None  # the run's start -> all N jobs in the queue
     window: WindowStats | None = None
     window_min: float | None = None
     triggerer_conns_per_min: float | None = None
@@ -109,7 +110,7 @@ def _deferral(bench: Bench, res: SideResult, opts: Options, bench_dir: Path, tag
     directory.mkdir(parents=True)
     shutil.chown(directory, bench.cluster.user, bench.cluster.user)
     n, floor_kib = res.n, opts.mem_floor_mib * 1024
-    conf = {"npa": 0, "anchor": 0, res.side: n, "tag": tag, "bench_dir": str(bench_dir)}
+    conf = {**dict.fromkeys(SIDES, 0), res.side: n, "tag": tag, "bench_dir": str(bench_dir)}
 
     run: dict[str, str] = {}
 
@@ -137,8 +138,17 @@ def _deferral(bench: Bench, res: SideResult, opts: Options, bench_dir: Path, tag
     res.reached = max(res.reached, times.count("deferred"))
     if verdict == "ok":
         res.defer_s = times.all_deferred_at(n) - marks.t  # type: ignore[operator]
+        res.submitted_s = _all_queued(bench, job_names(res.side, run_id, tag, n), opts.defer_timeout(n)) - marks.t
         _submission_figures(bench, res, run_id, times, counts, marks.t)
     return run_id, times, verdict
+
+
+def _all_queued(bench: Bench, names: list[str], timeout: float) -> float:
+    """When every job of `names` was in the queue (a task started in the triggerer defers before it submits)."""
+    deadline = time.time() + timeout
+    while len(bench.job_ids(names)) < len(names) and time.time() < deadline:
+        time.sleep(1.0)
+    return time.time()
 
 
 def _submission_figures(

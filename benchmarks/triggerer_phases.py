@@ -34,9 +34,9 @@ def log(message: str) -> None:
 
 def job_names(side: str, run_id: str, tag: str, n: int) -> list[str]:
     """The Slurm job name of each mapped task's job (try 1), in map-index order."""
-    if side == "npa":
+    if side in ("npa", "npa_trigger"):
         identity = Identity(BENCH_DEPLOYMENT_KEY, None, "benchmark")
-        return [job_name_for(DAG_ID, "npa", run_id, i, 1, deployment=identity) for i in range(n)]
+        return [job_name_for(DAG_ID, side, run_id, i, 1, deployment=identity) for i in range(n)]
     return [f"bench-{tag}-{i}" for i in range(n)]
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from benchmarks.report import table
 from benchmarks.triggerer import SideResult
 
-LABELS = {"npa": "npa", "anchor": "SSH op", "idle": "idle"}
+LABELS = {"npa": "npa", "npa_trigger": "npa, start_from_trigger", "anchor": "SSH op", "idle": "idle"}
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -35,6 +35,7 @@ def _column_title(r: SideResult) -> str:
 ROWS: list[tuple[str, Callable[[SideResult], str]]] = [
     ("tasks deferred at once", lambda r: "-" if r.side == "idle" else f"{r.reached} of {r.n}"),
     ("time to get all N deferred, s", lambda r: _num(r.defer_s, 0)),
+    ("time to get all N submitted (in the queue), s", lambda r: _num(r.submitted_s, 0)),
     (
         "TCP conns to login hosts, peak: all / triggerer",
         lambda r: "-" if r.window is None else f"{r.window.login_conns_peak} / {r.window.triggerer_conns_peak}",
@@ -82,7 +83,7 @@ def _per_cycle(poll_interval: int) -> list[tuple[str, Callable[[SideResult], str
 
 def side_by_side(results: Sequence[SideResult], poll_interval: int, note: str = "") -> str:
     headers = ["", *(_column_title(r) for r in results)]
-    rows = [[label, *(fmt(r) for r in results)] for label, fmt in [*ROWS[:8], *_per_cycle(poll_interval), *ROWS[8:]]]
+    rows = [[label, *(fmt(r) for r in results)] for label, fmt in [*ROWS[:9], *_per_cycle(poll_interval), *ROWS[9:]]]
     stops = [f"{_column_title(r)}: {r.stopped}" for r in results if r.stopped]
     text = (
         f"Poll interval {poll_interval} s on both sides. 'triggerer' = the measured triggerer's process group "
@@ -91,9 +92,11 @@ def side_by_side(results: Sequence[SideResult], poll_interval: int, note: str = 
         "Worker = the task log's first line to 'Pausing task as DEFERRED'. "
         "Sessions = SSH channels sshd logged (one per remote command)."
     )
-    ratios = cpu_ratios(results)
-    if ratios:
-        text += " Triggerer CPU per minute, anchor / npa: " + ", ".join(f"N={n}: {x:.1f}x" for n, x in ratios) + "."
+    for side in ("npa", "npa_trigger"):
+        ratios = cpu_ratios(results, side)
+        if ratios:
+            figures = ", ".join(f"N={n}: {x:.1f}x" for n, x in ratios)
+            text += f" Triggerer CPU per minute, anchor / {LABELS[side]}: {figures}."
     if stops:
         text += " Stopped short: " + "; ".join(stops) + "."
     if note:
@@ -101,15 +104,15 @@ def side_by_side(results: Sequence[SideResult], poll_interval: int, note: str = 
     return table("Waiting in one real triggerer: this provider vs SSHRemoteJobOperator", headers, rows, text)
 
 
-def cpu_ratios(results: Sequence[SideResult]) -> list[tuple[int, float]]:
-    """(N, anchor's triggerer CPU per minute / this provider's) wherever both sides have a steady window."""
+def cpu_ratios(results: Sequence[SideResult], side: str = "npa") -> list[tuple[int, float]]:
+    """(N, anchor's triggerer CPU per minute / `side`'s) wherever both sides have a steady window."""
     cpu = {
         (r.side, r.n): r.window.triggerer_cpu_s_per_min
         for r in results
         if r.window is not None and r.window.triggerer_cpu_s_per_min
     }
-    sizes = sorted(n for side, n in cpu if side == "npa" and ("anchor", n) in cpu)
-    return [(n, cpu[("anchor", n)] / cpu[("npa", n)]) for n in sizes]
+    sizes = sorted(n for s, n in cpu if s == side and ("anchor", n) in cpu)
+    return [(n, cpu[("anchor", n)] / cpu[(side, n)]) for n in sizes]
 
 
 def rpc_types(results: Sequence[SideResult]) -> str:

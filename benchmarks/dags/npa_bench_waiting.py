@@ -1,8 +1,10 @@
 """The triggerer benchmark's DAG: N mapped Slurm jobs waited on by this provider, and/or N by the SSH provider.
 
 `benchmarks/run --only triggerer` triggers it with a conf such as
-    {"npa": 100, "anchor": 0, "tag": "npa-100-wait", "bench_dir": "/var/tmp/npa-cluster/shared/bench"}
+    {"npa": 100, "npa_trigger": 0, "anchor": 0, "tag": "npa-100-wait", "bench_dir": "/var/tmp/npa-cluster/shared/bench"}
 - `npa`: N mapped `SlurmSubmitOperator` tasks, each one held (`--hold`) 1-CPU job on the `cpu` partition;
+- `npa_trigger`: the same tasks started in the triggerer (`start_from_trigger=True`: no worker to start them,
+  none when their job succeeds);
 - `anchor`: N mapped `SSHRemoteJobOperator` tasks (apache-airflow-providers-ssh, deferrable) whose remote
   command submits the same held job with `sbatch --wait` and so waits for it on the login host.
 Every job, once released (`scontrol release`), sleeps 1 s and writes its end time (epoch seconds) to
@@ -47,14 +49,21 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["npa-bench"],
-    params={"npa": 0, "anchor": 0, "tag": "smoke", "bench_dir": "/var/tmp/npa-cluster/shared/bench"},
+    params={"npa": 0, "npa_trigger": 0, "anchor": 0, "tag": "smoke", "bench_dir": "/var/tmp/npa-cluster/shared/bench"},
     default_args={"retries": 0},
 ) as dag:
 
+    def _npa_commands(side: str, params: dict | None) -> list[str]:
+        tag, bench_dir = _checked(params)
+        return [_job_body(f"{bench_dir}/{tag}/{side}-{i}.end") for i in range(int(params.get(side, 0)))]  # type: ignore[union-attr]
+
     @task
     def npa_commands(params: dict | None = None) -> list[str]:  # params: from the task context
-        tag, bench_dir = _checked(params)
-        return [_job_body(f"{bench_dir}/{tag}/npa-{i}.end") for i in range(int(params["npa"]))]  # type: ignore[index]
+        return _npa_commands("npa", params)
+
+    @task
+    def npa_trigger_commands(params: dict | None = None) -> list[str]:
+        return _npa_commands("npa_trigger", params)
 
     @task
     def anchor_commands(params: dict | None = None) -> list[str]:
@@ -70,17 +79,20 @@ with DAG(
             commands.append(shlex.join(sbatch))
         return commands
 
-    SlurmSubmitOperator.partial(
-        task_id="npa",
-        partition=PARTITION,
-        nodes=1,
-        gpus_per_node=0,
-        cpus_per_task=1,
-        time_hours=0.25,
-        extra_sbatch=["--hold"],
-        poll_interval=POLL_INTERVAL,
-        deferrable=True,
-    ).expand(command=npa_commands())
+    npa_job = {
+        "partition": PARTITION,
+        "nodes": 1,
+        "gpus_per_node": 0,
+        "cpus_per_task": 1,
+        "time_hours": 0.25,
+        "extra_sbatch": ["--hold"],
+        "poll_interval": POLL_INTERVAL,
+        "deferrable": True,
+    }
+    SlurmSubmitOperator.partial(task_id="npa", **npa_job).expand(command=npa_commands())
+    SlurmSubmitOperator.partial(task_id="npa_trigger", start_from_trigger=True, **npa_job).expand(
+        command=npa_trigger_commands()
+    )
 
     SSHRemoteJobOperator.partial(
         task_id="anchor",
