@@ -26,7 +26,7 @@ from npa_airflow.slurm.operators import SlurmSubmitOperator
 
 POLL_INTERVAL = int(os.environ.get("NPA_BENCH_POLL_INTERVAL", "5"))
 PARTITION = "cpu"
-TAG_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,40}")
+TAG_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,40}")
 BENCH_DIR_RE = re.compile(r"/[A-Za-z0-9_./-]+")
 
 
@@ -35,7 +35,7 @@ def _checked(params: dict | None) -> tuple[str, str]:
         raise ValueError("no params: trigger the DAG with a conf (see the module docstring)")
     tag, bench_dir = str(params["tag"]), str(params["bench_dir"])
     if not TAG_RE.fullmatch(tag) or not BENCH_DIR_RE.fullmatch(bench_dir) or ".." in bench_dir:
-        raise ValueError(f"tag={tag!r} / bench_dir={bench_dir!r}: expected a short [a-z0-9-] tag and an absolute path")
+        raise ValueError(f"tag={tag!r} / bench_dir={bench_dir!r}: expected a short [a-z0-9_-] tag and an absolute path")
     return tag, bench_dir
 
 
