@@ -17,6 +17,7 @@ import importlib
 import inspect
 import json
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -45,8 +46,6 @@ def own_parameters(cls: type) -> dict[str, Any]:
 
 def _is_plain(value: Any) -> bool:
     """JSON-like data (what a trigger can rebuild from), or a timedelta (Airflow's serialization carries it)."""
-    from datetime import timedelta
-
     if value is None or isinstance(value, (str, int, float, bool, timedelta)):
         return True
     if isinstance(value, Mapping):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -34,15 +33,12 @@ from npa_airflow.slurm.operators.trigger_start import START_ON_WORKER
 T = TypeVar("T")
 START_THREADS = 16  # starts and completions in flight at once per triggerer (each mostly waits on the cluster)
 ON_KILL_TIMEOUT = 25.0  # inside the triggerer's own bound on on_kill (30 s)
-_executor: list[ThreadPoolExecutor] = []
-_executor_lock = threading.Lock()
 
 
+@functools.cache
 def _threads() -> ThreadPoolExecutor:
-    with _executor_lock:
-        if not _executor:
-            _executor.append(ThreadPoolExecutor(START_THREADS, thread_name_prefix="npa-start"))
-        return _executor[0]
+    """The triggerer's start threads, made at the first start (only its event loop's thread asks)."""
+    return ThreadPoolExecutor(START_THREADS, thread_name_prefix="npa-start")
 
 
 async def in_thread(call: Callable[..., T], *args: Any) -> T:
