@@ -1,9 +1,10 @@
 """What a job's wait says in the task log about the job's state (pure, but for the logger it writes to).
 
 A state is logged when it, or the pending reason, changes: "PENDING (Resources)" says why the job waits. A requeue
-(preemption, node failure, scontrol requeue) is said once, on slurmctld's word: PENDING in squeue after the job
-ran. Accounting lags behind a job that just started (sacct PENDING after squeue RUNNING), so sacct's word alone is
-not a requeue. Failed polls are logged the first time in a row and every tenth.
+(preemption, node failure, scontrol requeue) is said once: PENDING in squeue after the job ran, or PENDING in sacct
+after sacct itself said RUNNING (its record of the requeued job). Accounting lags behind a job that just started
+(sacct PENDING after squeue RUNNING), so sacct's PENDING after squeue's RUNNING is not taken for a requeue. Failed
+polls are logged the first time in a row and every tenth.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class JobStateLog:
         self.job_id, self._log = job_id, log
         self.last_seen: tuple[JobState, str | None] | None = None  # state and pending reason last logged
         self._ran = False  # seen running since the last requeue
+        self._ran_in_accounting = False  # ... and sacct said so: a later PENDING in sacct is then no lag
         self._problems = 0  # polls in a row that failed
 
     def note(self, update: PollUpdate) -> None:
@@ -33,9 +35,14 @@ class JobStateLog:
         reason = info.reason if update.state is JobState.PENDING else None
         if (update.state, reason) == self.last_seen:
             return
-        self._ran = self._ran or update.state is JobState.RUNNING
-        requeued = update.state is JobState.PENDING and self._ran and info.source == "squeue"
+        running = update.state is JobState.RUNNING
+        self._ran = self._ran or running
+        self._ran_in_accounting = self._ran_in_accounting or (running and info.source == "sacct")
+        requeued = (
+            update.state is JobState.PENDING and self._ran and (info.source == "squeue" or self._ran_in_accounting)
+        )
         self._ran = self._ran and not requeued
+        self._ran_in_accounting = self._ran_in_accounting and not requeued
         self.last_seen = (update.state, reason)
         why = f", reason {reason}" if reason else ""
         self._log().info("Slurm job %s is %s (%s%s)", self.job_id, info.native_state, update.state.value, why)

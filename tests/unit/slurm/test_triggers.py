@@ -658,7 +658,8 @@ async def test_a_segment_that_left_its_continue_file_asks_for_the_next(tmp_path,
 
 def test_a_requeue_is_logged_on_slurmctld_s_word_not_on_lagging_accounting(tmp_path, caplog):
     """A job that just started can read PENDING in sacct for a cycle (accounting lags); a requeue is PENDING in
-    squeue, after the job ran (recorded on 22.05 and 24.11: samples/*/preempted_requeue_*)."""
+    squeue after the job ran, or in sacct after sacct said RUNNING (recorded on 22.05 and 24.11:
+    samples/*/preempted_requeue_*)."""
     from npa_airflow.slurm.commands import SlurmJobInfo
     from npa_airflow.slurm.watch.poll_records import PollUpdate
 
@@ -684,3 +685,10 @@ def test_a_requeue_is_logged_on_slurmctld_s_word_not_on_lagging_accounting(tmp_p
     seen(JobState.RUNNING, "squeue")
     seen(JobState.PENDING, "squeue", "BeginTime")
     assert len(requeues()) == 2 and "Slurm's reason: BeginTime" in requeues()[0]
+    # Accounting that said RUNNING itself does not lag: its PENDING is the requeued job's record (22.05 gives the
+    # reason there too), said once, whatever squeue says next.
+    seen(JobState.RUNNING, "sacct")
+    seen(JobState.PENDING, "sacct", "BeginTime")
+    seen(JobState.PENDING, "squeue", "Resources")
+    seen(JobState.RUNNING, "sacct")
+    assert len(requeues()) == 3 and "Slurm's reason: BeginTime" in requeues()[2]
