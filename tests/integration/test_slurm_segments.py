@@ -217,9 +217,9 @@ def test_a_job_preempted_twice_is_requeued_resumes_and_succeeds_on_its_first_try
     text = "\n".join(lines)
     assert read(cluster_ssh, f"{handle['results_dir']}/steps.log") == "".join(f"{n}\n" for n in range(1, 41)), text
     # Two urgent jobs, each preempting it at least once (Slurm may start the requeued job again before the urgent
-    # one and preempt it once more): every run's restart count in its output. The wait says a requeue it sees
-    # (PENDING in squeue after a run, or in sacct after sacct said RUNNING), never one that did not happen; a
-    # requeue whose only trace is accounting's new record after squeue's RUNNING reads like accounting's lag.
+    # one and preempt it once more): every run's restart count in its output. The wait says each requeue it sees
+    # (PENDING in squeue after a run, or in sacct after sacct said RUNNING) and never one that did not happen; one
+    # that ran again before a poll saw it pending cannot be seen (tests/unit/slurm/test_triggers.py: the rules).
     restarts = re.findall(r"npa: requeued by Slurm: restart (\d+)", text)
     assert len(restarts) >= 2 and restarts == [str(n) for n in range(1, len(restarts) + 1)], text
     said = len(re.findall(rf"Slurm job {handle['job_id']} was requeued", text))

@@ -3,8 +3,8 @@
 A state is logged when it, or the pending reason, changes: "PENDING (Resources)" says why the job waits. A requeue
 (preemption, node failure, scontrol requeue) is said once: PENDING in squeue after the job ran, or PENDING in sacct
 after sacct itself said RUNNING (its record of the requeued job). Accounting lags behind a job that just started
-(sacct PENDING after squeue RUNNING), so sacct's PENDING after squeue's RUNNING is not taken for a requeue. Failed
-polls are logged the first time in a row and every tenth.
+(sacct PENDING after squeue RUNNING), so sacct's PENDING after squeue's RUNNING is not taken for a requeue until
+squeue says it too. Failed polls are logged the first time in a row and every tenth.
 """
 
 from __future__ import annotations
@@ -32,20 +32,12 @@ class JobStateLog:
         info = update.info
         if info is None:
             return
+        requeued = self._requeued(update.state, info.source)
         reason = info.reason if update.state is JobState.PENDING else None
-        if (update.state, reason) == self.last_seen:
-            return
-        running = update.state is JobState.RUNNING
-        self._ran = self._ran or running
-        self._ran_in_accounting = self._ran_in_accounting or (running and info.source == "sacct")
-        requeued = (
-            update.state is JobState.PENDING and self._ran and (info.source == "squeue" or self._ran_in_accounting)
-        )
-        self._ran = self._ran and not requeued
-        self._ran_in_accounting = self._ran_in_accounting and not requeued
-        self.last_seen = (update.state, reason)
-        why = f", reason {reason}" if reason else ""
-        self._log().info("Slurm job %s is %s (%s%s)", self.job_id, info.native_state, update.state.value, why)
+        if (update.state, reason) != self.last_seen:
+            self.last_seen = (update.state, reason)
+            why = f", reason {reason}" if reason else ""
+            self._log().info("Slurm job %s is %s (%s%s)", self.job_id, info.native_state, update.state.value, why)
         if requeued:
             self._log().warning(
                 "Slurm job %s was requeued (preempted, a node failure or scontrol requeue; Slurm's reason: %s): it "
@@ -53,6 +45,23 @@ class JobStateLog:
                 "checkpoint (the job's output says which restart it is)",
                 *(self.job_id, info.reason or "none given"),
             )
+
+    def _requeued(self, state: JobState, source: str) -> bool:
+        """Whether `state` (read from `source`) says the job went back to the queue after it was seen running.
+
+        Checked at every update, a state already logged too: a PENDING that sacct said first (read as its lag)
+        is a requeue once squeue, asked at the next cycle for a job last seen pending, says it too.
+        """
+        if state is JobState.RUNNING:
+            self._ran = True
+            self._ran_in_accounting = self._ran_in_accounting or source == "sacct"
+            return False
+        if state is not JobState.PENDING or not self._ran:
+            return False
+        if source != "squeue" and not self._ran_in_accounting:
+            return False
+        self._ran = self._ran_in_accounting = False
+        return True
 
     def _note_problem(self, error: str | None) -> None:
         if not error:

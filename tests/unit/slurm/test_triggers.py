@@ -692,3 +692,15 @@ def test_a_requeue_is_logged_on_slurmctld_s_word_not_on_lagging_accounting(tmp_p
     seen(JobState.PENDING, "squeue", "Resources")
     seen(JobState.RUNNING, "sacct")
     assert len(requeues()) == 3 and "Slurm's reason: BeginTime" in requeues()[2]
+    # After squeue's RUNNING, sacct's PENDING may be its lag: the requeue is said when squeue, asked next cycle for
+    # a job last seen pending, says PENDING too (the same state and reason: no second state line).
+    seen(JobState.PENDING, "squeue", "BeginTime")  # requeued again; the next run is one sacct has not seen
+    seen(JobState.RUNNING, "squeue")
+    seen(JobState.PENDING, "sacct", "BeginTime")
+    assert len(requeues()) == 4
+    seen(JobState.PENDING, "squeue", "BeginTime")
+    assert len(requeues()) == 5
+    states = [
+        r.getMessage() for r in caplog.records if r.name == LOGGER and r.getMessage().startswith("Slurm job 42 is")
+    ]
+    assert states[-2:] == ["Slurm job 42 is RUNNING (RUNNING)", "Slurm job 42 is PENDING (PENDING, reason BeginTime)"]
