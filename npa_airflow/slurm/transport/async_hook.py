@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import asyncssh
 
+from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.configured_hook import ConfiguredHook
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import NpaConnectionError, NpaRemoteError, NpaValidationError
@@ -225,13 +226,31 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, Acco
     async def arun_batch(self, argvs: Sequence[Sequence[str] | str], timeout: float = 120) -> list[CommandResult]:
         """Read-only commands run in turn in ONE round trip; one result per command (its own exit status and
         output). A batch that got no complete answer raises, as :meth:`arun` does for one command."""
-        result = await self.arun(commands.build_batch(argvs), timeout=timeout, check=False)
+        texts = [argv if isinstance(argv, str) else shlex.join(argv) for argv in argvs]
+        result = await self.arun(commands.build_batch(texts), timeout=timeout, check=False)
         if result.returncode != 0:
             raise NpaRemoteError(
                 f"batched commands failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"
             )
-        frames = commands.parse_batch(result.stdout, len(argvs))
+        frames = commands.parse_batch(result.stdout, len(texts))
         return [CommandResult(stdout=out, stderr=err, returncode=rc, host=result.host) for rc, out, err in frames]
+
+    async def aread_together(self, argvs: Sequence[Sequence[str] | str]) -> list[CommandResult]:
+        """:meth:`arun_batch` in a round trip shared with the reads other callers on this loop send to the same
+        login host meanwhile: a triggerer starting many tasks at once reads partitions and nodes, looks up names
+        and checks inputs for all of them together, and a command asked twice in one batch runs once. Each
+        answer comes from a command started after the call (batches never overlap). A batch that got no complete
+        answer raises in each of its callers."""
+        texts = [argv if isinstance(argv, str) else shlex.join(argv) for argv in argvs]
+        pool, key = loop_pool(), (await self.aconfig()).pool_key
+        reads = pool.reads.get(key)
+        if reads is None:  # gather=0: a lone read waits for nobody; reads that come while one runs go together
+            reads = pool.reads[key] = Coalescer(self._read_batch, gather=0.0)
+        results = await asyncio.gather(*(reads.get(text) for text in texts))
+        return cast("list[CommandResult]", results)  # every text of a batch gets its answer
+
+    async def _read_batch(self, texts: list[str]) -> dict[str, CommandResult]:
+        return dict(zip(texts, await self.arun_batch(texts), strict=True))
 
     async def atail_logs(
         self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20
@@ -246,7 +265,7 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, Acco
         if not paths:
             return {}
         command, _ = build_stage([], required_paths=paths)
-        result = await self.arun(command, check=False)
+        (result,) = await self.aread_together([command])
         if result.returncode not in (0, EXIT_MISSING_INPUTS):
             raise NpaRemoteError(f"checking paths on {result.host} failed: {result.error_text[-1000:]}")
         missing = set(parse_stage_output(result.text).missing)
@@ -257,21 +276,24 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, Acco
 
     async def acluster_layout(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(partitions, nodes) as :meth:`apartitions` and :meth:`anodes` read them, in one round trip."""
+        partitions, nodes = await self._scontrol_reads(commands.build_partitions, commands.build_scontrol_nodes)
+        return commands.parse_partitions(partitions), commands.parse_scontrol_nodes(nodes)
+
+    async def anodes(self) -> dict[str, Any]:
+        (nodes,) = await self._scontrol_reads(commands.build_scontrol_nodes)
+        return commands.parse_scontrol_nodes(nodes)
+
+    async def apartitions(self) -> dict[str, Any]:
+        (partitions,) = await self._scontrol_reads(commands.build_partitions)
+        return commands.parse_partitions(partitions)
+
+    async def _scontrol_reads(self, *builders: Callable[[str | None], list[str]]) -> list[str]:
+        """The output of each scontrol read for this hook's cluster, read together with other callers'."""
         cluster = await self.atarget_cluster()
-        partitions, nodes = await self.arun_batch(
-            [commands.build_partitions(cluster), commands.build_scontrol_nodes(cluster)]
-        )
-        for result in (partitions, nodes):
+        results = await self.aread_together([build(cluster) for build in builders])
+        for result in results:
             if result.returncode != 0:
                 raise NpaRemoteError(
                     f"scontrol failed on {result.host} (exit {result.returncode}): {result.error_text[-1000:]}"
                 )
-        return commands.parse_partitions(partitions.text), commands.parse_scontrol_nodes(nodes.text)
-
-    async def anodes(self) -> dict[str, Any]:
-        result = await self.arun(commands.build_scontrol_nodes(await self.atarget_cluster()))
-        return commands.parse_scontrol_nodes(result.text)
-
-    async def apartitions(self) -> dict[str, Any]:
-        result = await self.arun(commands.build_partitions(await self.atarget_cluster()))
-        return commands.parse_partitions(result.text)
+        return [result.text for result in results]

@@ -45,6 +45,7 @@ class JobQueries:
     aconfig: Callable[[], Awaitable[SlurmConnectionConfig]]
     arun: Callable[..., Awaitable[CommandResult]]
     arun_batch: Callable[..., Awaitable[list[CommandResult]]]
+    aread_together: Callable[..., Awaitable[list[CommandResult]]]
     atarget_cluster: Callable[[], Awaitable[str | None]]
     aaccounting: Callable[[], Awaitable[bool | None]]
     alearn_accounting: Callable[[CommandResult], Awaitable[bool]]
@@ -206,7 +207,7 @@ class JobQueries:
         reads = [commands.build_find_by_name_squeue(names, user, cluster)]
         if await self.aaccounting() is not False:  # without accounting, slurmctld's view is all there is
             reads.insert(0, commands.build_find_by_name_sacct(names, user, cluster))
-        *accounted, squeue = await self.arun_batch(reads)
+        *accounted, squeue = await self.aread_together(reads)
         sacct = accounted[0] if accounted else None
         if sacct is not None and sacct.returncode == 0:
             found.update(commands.parse_sacct(sacct.text, commands.FIND_SACCT_FIELDS))

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import asyncssh
 
+from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import NpaConnectionError, NpaHostKeyError
 from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
@@ -67,6 +68,8 @@ class ConnectionPool:
         self.only_job_state: dict[str, bool] = {}
         # Whether the cluster keeps accounting (False: sacct said "accounting storage is disabled"), learnt alike.
         self.accounting: dict[str, bool] = {}
+        # Read-only commands of every caller on this loop, gathered into one round trip per batch (keyed alike).
+        self.reads: dict[str, Coalescer[str, CommandResult]] = {}
 
 
 _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ConnectionPool] = weakref.WeakKeyDictionary()
