@@ -23,7 +23,7 @@ from benchmarks.deployment import DAG_ID
 from benchmarks.sampler import WindowStats, summarize, triggerer_ports
 from benchmarks.task_logs import deferral_span, fired_at, read_try_logs
 from benchmarks.ti_watch import TERMINAL, RunTimes, latency_stats
-from benchmarks.triggerer_phases import Bench, WindowCounts, job_names, log, read_stamps
+from benchmarks.triggerer_phases import Bench, Marks, WindowCounts, job_names, log, read_stamps
 
 SIDES = ("npa", "npa_trigger", "anchor")  # npa_trigger: started in the triggerer (start_from_trigger)
 
@@ -79,6 +79,7 @@ class SideResult:
     submit_wall: tuple[float, float, float] | None = None
     submit_conns: float | None = None
     submit_sessions: float | None = None
+    start_sessions: float | None = None  # the triggerer's sshd sessions from the run's start to all N queued, per task
     whole: WindowStats | None = None  # every phase of the side: peak RSS, connections, memory
 
 
@@ -140,6 +141,7 @@ def _deferral(bench: Bench, res: SideResult, opts: Options, bench_dir: Path, tag
         res.defer_s = times.all_deferred_at(n) - marks.t  # type: ignore[operator]
         res.submitted_s = _all_queued(bench, job_names(res.side, run_id, tag, n), opts.defer_timeout(n)) - marks.t
         _submission_figures(bench, res, run_id, times, counts, marks.t)
+        _start_sessions(bench, res, marks)
     return run_id, times, verdict
 
 
@@ -166,6 +168,14 @@ def _submission_figures(
     ports = triggerer_ports(s for s in bench.sampler.samples if s.t >= t0)
     conns, sessions = counts.sshd.count(ports=ports, mine=False)
     res.submit_conns, res.submit_sessions = conns / res.n, sessions / res.n
+
+
+def _start_sessions(bench: Bench, res: SideResult, marks: Marks) -> None:
+    """The command sessions sshd saw from the triggerer while the N jobs went into the queue, per task: the
+    starts' reads and submissions in the triggerer (the polls of that span too, a few)."""
+    counts = bench.since(marks)
+    ports = triggerer_ports(s for s in bench.sampler.samples if s.t >= marks.t)
+    res.start_sessions = counts.sshd.count(ports=ports)[1] / res.n
 
 
 def _steady_window(bench: Bench, res: SideResult, opts: Options, deferred_at: float | None = None) -> None:

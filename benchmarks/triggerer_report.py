@@ -62,6 +62,7 @@ ROWS: list[tuple[str, Callable[[SideResult], str]]] = [
     ("mark DAG run failed -> all N jobs gone, max s", _cancel),
     ("worker: try start -> DEFERRED, s p50 / p95 / max", lambda r: _lat(r.submit_wall)),
     ("worker: SSH conns / sshd sessions per submission", lambda r: _pair(r.submit_conns, r.submit_sessions, 2)),
+    ("triggerer: sshd sessions per task, run start -> all N queued", lambda r: _num(r.start_sessions, 2)),
 ]
 
 
