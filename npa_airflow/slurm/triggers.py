@@ -189,6 +189,8 @@ class SlurmJobTrigger(SlurmTriggerCancels):
         try:
             while True:
                 update = await self._next_update(reg)
+                if update is not None and (update.state.is_terminal or any(c.data for c in update.chunks)):
+                    await poller.claim_still_held(reg, update.claims_read_at)  # lines to write: still ours?
                 if reg.superseded:
                     await self._stand_down(reg)
                 if update is None:

@@ -26,6 +26,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("npa_airflow.slurm.watch.poller")
 MAX_SHRED_ATTEMPTS = 3  # cycles whose command failed while a finished job's secret files waited to be removed
+CLAIM_READ_TIMEOUT = 10.0
+CLAIM_REREADS = 3  # a claim read that is itself late this many times in a row: write (the loop is too slow to tell)
+
+
+def claim_fresh_seconds() -> float:
+    """How long a claim read stays good enough to write by: a third of [triggerer]
+    triggerer_health_check_threshold (Airflow's default 30 s), which a holder's heartbeat must be older than
+    before another triggerer takes its triggers."""
+    try:
+        from airflow.configuration import conf
+
+        threshold = conf.getfloat("triggerer", "triggerer_health_check_threshold", fallback=30.0)
+    except Exception:  # no Airflow configuration (a bare test loop): Airflow's default
+        threshold = 30.0
+    return max(1.0, threshold / 3)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -36,8 +51,33 @@ class OffsetBookkeeping:
     """Claims and persisted offsets of a poller's registrations (see the module docstring)."""
 
     hook: Any
+    channel: Any
     stats: PollerStats
+    claim_fresh_for: float
     _registrations: list[Registration]
+
+    async def claim_still_held(self, reg: Registration, read_at: float | None) -> bool:
+        """Whether `reg` may write lines a cycle fetched after reading its claim at `read_at` (monotonic).
+
+        A triggerer that stood still between that read and the writing (SIGSTOP, swap, a long pause) may have been
+        taken over meanwhile: the other triggerer resumed from the persisted offsets and writes the same lines. A
+        read older than a third of the triggerer health-check threshold (the least time a takeover needs) is
+        made again first; the reads of many triggers share one command (KillBatch).
+        """
+        if reg.claim is None or not reg.claim_file or read_at is None:
+            return not reg.superseded
+        for _ in range(CLAIM_REREADS):
+            if reg.superseded or time.monotonic() - read_at <= self.claim_fresh_for:
+                break
+            read_at = time.monotonic()
+            try:
+                current = await asyncio.wait_for(self.channel.kills.read_claim(reg.claim_file), CLAIM_READ_TIMEOUT)
+            except Exception as exc:
+                log.warning("Could not read the claim on Slurm job %s again (%s)", reg.job_id, describe_error(exc))
+                continue
+            if current is not None and current.token != reg.claim.token:
+                reg.superseded_by = current
+        return not reg.superseded
 
     async def flush_offsets(self, reg: Registration, timeout: float = 10.0) -> None:
         """Persist `reg`'s committed offsets now (graceful trigger exit); best effort, bounded."""

@@ -51,6 +51,7 @@ class PollUpdate:
     logs_drained: bool = True  # False while a finished job still has unread log bytes
     absent_for: float | None = None  # seconds sacct and squeue have both answered without the job, in a row
     accounting: bool = True  # False: the cluster keeps no accounting (the job's usage is never known)
+    claims_read_at: float | None = None  # monotonic time the cycle's log command (claims read first) was sent
 
     def quiet_signature(self) -> tuple[JobState, SlurmJobInfo] | None:
         """What this update says when it carries nothing but the job's state (no log bytes, no error, not

@@ -16,7 +16,8 @@ Each trigger also claims its job (`npa_airflow.common.ownership`): the first com
 its claim next to the offsets, and every tail command reads the claims back. A registration whose claim was
 taken by another trigger (the task moved to another triggerer, or a later try took the job) is superseded: the
 poller stops publishing to it and persisting its offsets, so a triggerer that resumes after a stall neither
-writes the job's lines twice nor winds its offsets back.
+writes the job's lines twice nor winds its offsets back. Lines whose cycle read the claims before a stall are
+written only after the claim is read again (`claim_still_held`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,12 @@ from npa_airflow.slurm.watch.log_tail import (
     LogTailing,
     tail_budget,
 )
-from npa_airflow.slurm.watch.poll_bookkeeping import MAX_SHRED_ATTEMPTS, OffsetBookkeeping, describe_error
+from npa_airflow.slurm.watch.poll_bookkeeping import (
+    MAX_SHRED_ATTEMPTS,
+    OffsetBookkeeping,
+    claim_fresh_seconds,
+    describe_error,
+)
 from npa_airflow.slurm.watch.poll_records import (
     FLOOR_SECONDS,
     MAX_INTERVAL_SECONDS,
@@ -125,6 +131,7 @@ class SlurmPoller(LogTailing, OffsetBookkeeping):
         self._task: asyncio.Task[None] | None = None
         self._consecutive_failures = 0
         self.stats = PollerStats()
+        self.claim_fresh_for = claim_fresh_seconds()
 
     @property
     def hook(self) -> Any:
@@ -247,12 +254,13 @@ class SlurmPoller(LogTailing, OffsetBookkeeping):
         infos = query.states
         self._record_states(regs, infos, query.absent)
         tailing = [r for r in regs if r.cursors and r.offsets_loaded and r.ever_started]
+        claims_read_at = time.monotonic()
         chunks, log_error = await self._tail(tailing, [r for r in regs if r.shred_pending])
         for reg in regs:
             mine = tuple(chunks.get(id(reg), ()))
             tailed_error = log_error if reg in tailing else None
             update = self._update_for(reg, cycle_no, infos.get(reg.job_id), mine, reg in tailing, tailed_error)
-            self._publish(reg, replace(update, accounting=query.accounting))
+            self._publish(reg, replace(update, accounting=query.accounting, claims_read_at=claims_read_at))
 
     async def _query_states(self, regs: Sequence[Registration], cycle_no: int) -> JobQuery | None:
         """The ONE state query of a cycle; None (after telling every registration) when it failed."""

@@ -24,6 +24,10 @@ def _info(state: JobState, native: str, reason: str | None) -> SlurmJobInfo:
     return SlurmJobInfo("42", native, state, None, None, "npa-x-0123456789-t1", None, reason, "squeue")
 
 
+async def _held(reg: Registration, read_at: float | None) -> bool:
+    return True  # no claim in these registrations
+
+
 def _trigger() -> SqshConvertTrigger:
     return SqshConvertTrigger(handle=sqsh_convert_handle().to_dict(), conn_id="slurm_default", poll_interval=2.0)
 
@@ -33,7 +37,7 @@ async def _first_event(trigger: SqshConvertTrigger, updates: list[PollUpdate], m
     reg = Registration(job_id="42", cursors=[], offsets_file=None, interval=2.0, submitted_at=1.0)
     for update in updates:
         reg.queue.put_nowait(update)
-    poller = SimpleNamespace(register=lambda *a, **k: reg, unregister=lambda r: None)
+    poller = SimpleNamespace(register=lambda *a, **k: reg, unregister=lambda r: None, claim_still_held=_held)
     monkeypatch.setattr("npa_airflow.slurm.triggers.get_poller", lambda conn_id, **_: poller)
     gen = trigger.run()
     try:
@@ -86,7 +90,9 @@ async def test_a_qos_memory_hold_has_its_own_status_and_is_cancelled_by_the_trig
 
     hook = SimpleNamespace(acancel=acancel, acancel_many=acancel_many)
     channel = SimpleNamespace(hook=hook, kills=KillBatch(lambda: hook))
-    poller = SimpleNamespace(register=lambda *a, **k: reg, unregister=lambda r: None, hook=hook, channel=channel)
+    poller = SimpleNamespace(
+        register=lambda *a, **k: reg, unregister=lambda r: None, hook=hook, channel=channel, claim_still_held=_held
+    )
     monkeypatch.setattr("npa_airflow.slurm.triggers.get_poller", lambda conn_id, **_: poller)
     gen = _trigger().run()
     try:

@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from npa_airflow.common.ownership import Claim
 from npa_airflow.slurm.transport.kill_batch import KillBatch
-from npa_airflow.slurm.watch.poll_bookkeeping import OffsetBookkeeping, describe_error
+from npa_airflow.slurm.watch.poll_bookkeeping import (
+    CLAIM_REREADS,
+    OffsetBookkeeping,
+    claim_fresh_seconds,
+    describe_error,
+)
 from npa_airflow.slurm.watch.poller import LogCursor, PollerStats, Registration
 from tests.harness.cluster_double import LocalClusterDouble
 
@@ -197,3 +204,59 @@ async def test_read_claim_reads_the_file_afresh_and_reads_together_share_one_com
     before = len(double.commands)
     read = await asyncio.gather(*(kills.read_claim(str(p)) for p in others))
     assert read == [Claim(i, f"t{i}") for i in range(3)] and len(double.commands) == before + 1
+
+
+def _held_keeper(reg: Registration, fresh_for: float = 5.0) -> Keeper:
+    keeper = Keeper([reg])
+    keeper.channel = SimpleNamespace(kills=KillBatch(lambda: keeper.hook))
+    keeper.claim_fresh_for = fresh_for
+    return keeper
+
+
+async def test_lines_read_with_a_fresh_claim_are_written_without_reading_it_again(tmp_path):
+    reg = _reg(tmp_path, claim=True)
+    keeper = _held_keeper(reg)
+    await keeper._claim_and_load_offsets([reg])
+    before = len(keeper.hook.commands)
+    assert await keeper.claim_still_held(reg, time.monotonic() - 1.0)
+    assert len(keeper.hook.commands) == before
+
+
+async def test_lines_read_before_a_stall_wait_for_the_claim_read_again(tmp_path):
+    """The triggerer stood still after its cycle read the claims: another triggerer took the job meanwhile, so the
+    lines it fetched before the stall are not its to write (the other one resumed from the persisted offsets)."""
+    reg = _reg(tmp_path, claim=True)
+    keeper = _held_keeper(reg)
+    await keeper._claim_and_load_offsets([reg])
+    stalled_read = time.monotonic() - 60.0
+    assert await keeper.claim_still_held(reg, stalled_read)  # still its own claim: one read, then write
+    other = Claim.new(1)
+    Path(reg.claim_file or "").write_text(other.line() + "\n")
+    before = len(keeper.hook.commands)
+    assert not await keeper.claim_still_held(reg, stalled_read)
+    assert reg.superseded_by == other and len(keeper.hook.commands) == before + 1
+
+
+async def test_a_claim_that_cannot_be_read_again_gives_way_to_writing(tmp_path, caplog):
+    """The re-read fails every time: after a bounded number of tries the lines are written (never withheld)."""
+    reg = _reg(tmp_path, claim=True)
+    keeper = _held_keeper(reg, fresh_for=0.0)
+    await keeper._claim_and_load_offsets([reg])
+    keeper.hook.fail_commands = 10
+    assert await keeper.claim_still_held(reg, time.monotonic() - 60.0)
+    assert caplog.text.count("Could not read the claim on Slurm job 1 again") == CLAIM_REREADS
+
+
+async def test_a_registration_without_a_claim_writes_unless_superseded(tmp_path):
+    reg = _reg(tmp_path)
+    keeper = _held_keeper(reg)
+    assert await keeper.claim_still_held(reg, time.monotonic() - 60.0)
+    reg.superseded_by = Claim.new(1)
+    assert not await keeper.claim_still_held(reg, None)
+
+
+def test_a_claim_read_stays_good_for_a_third_of_the_triggerer_health_threshold(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD", "15")
+    assert claim_fresh_seconds() == 5.0
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD", "1.5")
+    assert claim_fresh_seconds() == 1.0
