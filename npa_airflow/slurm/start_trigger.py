@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 from npa_airflow.common.background_loop import calls_on
+from npa_airflow.common.configured_hook import shared_configs
 from npa_airflow.common.ownership import Verdict, decide, read_task_view, shielded
 from npa_airflow.slurm.operators.trigger_start import START_ON_WORKER
 
@@ -43,11 +44,12 @@ def _threads() -> ThreadPoolExecutor:
 
 async def in_thread(call: Callable[..., T], *args: Any) -> T:
     """Run the synchronous `call` on the start threads, in this task's context (its log lines go to the task's
-    log, as the trigger's own do), its hook's commands on this loop (the poller's SSH connection, no other)."""
+    log, as the trigger's own do), its hook's commands on this loop (the poller's SSH connection, no other), its
+    connection's config shared with the other starts (`shared_configs`)."""
     loop, context = asyncio.get_running_loop(), contextvars.copy_context()
 
     def on_this_loop() -> T:
-        with calls_on(loop):
+        with calls_on(loop), shared_configs():
             return call(*args)
 
     return await loop.run_in_executor(_threads(), functools.partial(context.run, on_this_loop))

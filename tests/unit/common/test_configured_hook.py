@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from npa_airflow.common.configured_hook import ConfiguredHook
+from npa_airflow.common import configured_hook
+from npa_airflow.common.configured_hook import ConfiguredHook, shared_configs
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,20 @@ def reads(monkeypatch) -> list[tuple[str, str]]:
     return calls
 
 
+def failing_first_read(monkeypatch) -> list[str]:
+    """The connection's first read fails, later ones succeed; returns the conn ids read, in order."""
+    attempts: list[str] = []
+
+    def get_connection(conn_id: str) -> Any:
+        attempts.append(conn_id)
+        if len(attempts) == 1:
+            raise LookupError("connection not found")
+        return SimpleNamespace(conn_id=conn_id, host="h")
+
+    monkeypatch.setattr(FakeHook, "get_connection", staticmethod(get_connection))
+    return attempts
+
+
 def test_config_reads_the_connection_named_by_conn_name_attr_once(reads):
     hook = FakeHook("site_a")
     first = hook.config
@@ -81,17 +97,40 @@ def test_each_hook_instance_has_its_own_config(reads):
 
 
 def test_a_config_that_fails_to_build_is_not_cached(monkeypatch):
-    attempts: list[str] = []
-
-    def get_connection(conn_id: str) -> Any:
-        attempts.append(conn_id)
-        if len(attempts) == 1:
-            raise LookupError("connection not found")
-        return SimpleNamespace(conn_id=conn_id, host="h")
-
-    monkeypatch.setattr(FakeHook, "get_connection", staticmethod(get_connection))
+    attempts = failing_first_read(monkeypatch)
     hook = FakeHook()
     with pytest.raises(LookupError):
         _ = hook.config
     assert hook.config.host == "h"
+    assert attempts == ["fake_default", "fake_default"]
+
+
+def test_starts_in_a_triggerer_share_one_read_of_a_connection(reads, monkeypatch):
+    """Inside shared_configs (the triggerer's starts) a connection is read once per SHARED_CONFIG_SECONDS, by one
+    of the threads that ask for it at once; outside, every hook reads its own."""
+    now = [1000.0]
+    monkeypatch.setattr(configured_hook.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(configured_hook, "_shared", {})
+
+    def start(conn_id: str) -> FakeConfig:
+        with shared_configs():
+            return FakeHook(conn_id).config
+
+    with ThreadPoolExecutor(8) as pool:
+        configs = list(pool.map(start, ["site"] * 16))
+    assert len({id(c) for c in configs}) == 1 and reads == [("sync", "site")]
+    assert start("other").host == "host-of-other" and len(reads) == 2
+    now[0] += configured_hook.SHARED_CONFIG_SECONDS + 1  # an edited connection reaches the next starts
+    assert start("site") is not configs[0] and len(reads) == 3
+    _ = FakeHook("site").config  # outside: read as before
+    assert len(reads) == 4
+
+
+def test_a_shared_read_that_fails_is_not_kept(monkeypatch):
+    attempts = failing_first_read(monkeypatch)
+    monkeypatch.setattr(configured_hook, "_shared", {})
+    with shared_configs():
+        with pytest.raises(LookupError):
+            _ = FakeHook().config
+        assert FakeHook().config.host == "h" and FakeHook().config.host == "h"
     assert attempts == ["fake_default", "fake_default"]
