@@ -125,6 +125,4 @@ class TailPlan:
 def mark_superseded(checked: Sequence[Registration], claims: Mapping[str, Claim | None]) -> None:
     """A registration whose claim file now holds another trigger's claim publishes nothing more."""
     for reg in checked:
-        current = claims.get(reg.claim_file or "")
-        if current is not None and reg.claim is not None and current.token != reg.claim.token:
-            reg.superseded_by = current
+        reg.note_claim(claims.get(reg.claim_file or ""))

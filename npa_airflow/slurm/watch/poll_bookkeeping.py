@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("npa_airflow.slurm.watch.poller")
 MAX_SHRED_ATTEMPTS = 3  # cycles whose command failed while a finished job's secret files waited to be removed
-CLAIM_READ_TIMEOUT = 10.0
+CLAIM_READ_TIMEOUT = 10.0  # one read of a job's claim (here and in a trigger's on_kill)
 CLAIM_REREADS = 3  # a claim read that is itself late this many times in a row: write (the loop is too slow to tell)
 
 
@@ -75,8 +75,7 @@ class OffsetBookkeeping:
             except Exception as exc:
                 log.warning("Could not read the claim on Slurm job %s again (%s)", reg.job_id, describe_error(exc))
                 continue
-            if current is not None and current.token != reg.claim.token:
-                reg.superseded_by = current
+            reg.note_claim(current)
         return not reg.superseded
 
     async def flush_offsets(self, reg: Registration, timeout: float = 10.0) -> None:

@@ -105,6 +105,11 @@ class Registration:
     def superseded(self) -> bool:
         return self.superseded_by is not None
 
+    def note_claim(self, current: Claim | None) -> None:
+        """The claim now in `claim_file`: another trigger's supersedes this registration (it publishes nothing more)."""
+        if current is not None and self.claim is not None and current.token != self.claim.token:
+            self.superseded_by = current
+
     @property
     def shred_pending(self) -> bool:
         """The job has ended and its secret files are still to be removed (a requeued job is PENDING, not ended)."""

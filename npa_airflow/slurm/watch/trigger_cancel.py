@@ -20,6 +20,7 @@ from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import cluster_did_not_answer
 from npa_airflow.slurm.submit.fit import NEVER_CLEARING_REASONS
 from npa_airflow.slurm.transport.cancels import CancelRequest
+from npa_airflow.slurm.watch.poll_bookkeeping import CLAIM_READ_TIMEOUT
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.handle import SlurmJobHandle
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 module_log = logging.getLogger(__name__)  # on_kill's lines reach the triggerer's own log
 DEADLINE_CANCEL_TIMEOUT = 30.0
-CLAIM_READ_TIMEOUT = 10.0
 CANCEL_BACKOFF = Backoff(base=1.0, cap=8.0, jitter=0.5)  # between scancel attempts, inside the timeouts above
 
 
