@@ -217,6 +217,28 @@ async def test_find_jobs_by_exact_name(hook, workdir):
         await hook.acancel(other)
 
 
+async def test_lookups_by_name_made_together_share_one_sacct_and_squeue_and_each_finds_its_own(hook, workdir):
+    """A triggerer starting many tasks looks up each one's try names at once: one lookup on the cluster answers
+    all of them (the 250 names of one caller go in two commands of each tool), each caller gets only its jobs."""
+    base = f"npa-many-{uuid.uuid4().hex[:8]}"
+    jobs = [await _submit(hook, workdir, "true", f"--job-name={base}-{i}", "--hold") for i in range(4)]
+    try:
+        asked = [[f"{base}-{i}", f"{base}-{i}-t2"] for i in range(4)]
+        asked.append([f"{base}-absent-{i}" for i in range(250)] + [f"{base}-3"])
+        lookups = ssh.loop_pool().name_lookups
+        calls_before = sum(c.calls for c in lookups.values())
+        answers = await asyncio.gather(*(SlurmHook("slurm_default").afind_jobs_by_name(names) for names in asked))
+        assert sum(c.calls for c in lookups.values()) - calls_before == 1
+        for i, found in enumerate(answers[:4]):
+            assert [(info.job_id, info.job_name, info.native_state) for info in found] == [
+                (jobs[i], f"{base}-{i}", "PENDING")
+            ]
+        assert [(info.job_id, info.job_name) for info in answers[4]] == [(jobs[3], f"{base}-3")]
+    finally:
+        for job in jobs:
+            await hook.acancel(job)
+
+
 async def test_one_pooled_connection_per_loop(slurm_cluster):
     pool_before = ssh.loop_pool().connects
     hooks = [SlurmHook("slurm_default") for _ in range(5)]

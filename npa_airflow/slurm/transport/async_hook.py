@@ -43,6 +43,10 @@ from npa_airflow.slurm.transport.submit_commands import SubmitCommands
 # A command whose connection died is run once more on a new connection, at once.
 RERUN_BACKOFF = Backoff(base=0.0, cap=0.0, jitter=0.0)
 RUN_ATTEMPTS = 2
+# A shared read batch is one command: it is split well below MAX_COMMAND_BYTES (the frame around each command,
+# and the login shell's quoting, add to it).
+READ_BATCH_BYTES = MAX_COMMAND_BYTES // 2
+BATCH_FRAME_BYTES = 200
 H = TypeVar("H", bound="AsyncSlurmHook")
 
 
@@ -250,7 +254,20 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, Acco
         return cast("list[CommandResult]", results)  # every text of a batch gets its answer
 
     async def _read_batch(self, texts: list[str]) -> dict[str, CommandResult]:
-        return dict(zip(texts, await self.arun_batch(texts), strict=True))
+        """One round trip, or one per READ_BATCH_BYTES of commands at once: many callers' reads stay below the
+        login host's limit on one command."""
+        groups: list[list[str]] = [[]]
+        size = 0
+        for text in texts:
+            cost = len(text) + BATCH_FRAME_BYTES
+            if groups[-1] and size + cost > READ_BATCH_BYTES:
+                groups.append([])
+                size = 0
+            groups[-1].append(text)
+            size += cost
+        answers = await asyncio.gather(*(self.arun_batch(group) for group in groups))
+        answered = zip(groups, answers, strict=True)
+        return {text: result for group, results in answered for text, result in zip(group, results, strict=True)}
 
     async def atail_logs(
         self, requests: Sequence[tuple[str, int]], max_bytes: int = 1 << 20

@@ -70,6 +70,8 @@ class ConnectionPool:
         self.accounting: dict[str, bool] = {}
         # Read-only commands of every caller on this loop, gathered into one round trip per batch (keyed alike).
         self.reads: dict[str, Coalescer[str, CommandResult]] = {}
+        # Lookups of jobs by name, gathered alike into one sacct and one squeue (keyed by connection, cluster, user).
+        self.name_lookups: dict[tuple[str, str | None, str], Coalescer[str, list[Any]]] = {}
 
 
 _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ConnectionPool] = weakref.WeakKeyDictionary()

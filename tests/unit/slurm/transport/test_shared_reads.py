@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from npa_airflow.exceptions import NpaRemoteError
+from npa_airflow.exceptions import NpaRemoteError, NpaValidationError
 from npa_airflow.slurm.hook import SlurmHook
 from tests.unit.slurm.transport.test_async_hook import ShellConnection, hook_on
 
@@ -77,3 +77,63 @@ async def test_a_batch_that_fails_raises_in_each_of_its_callers(tmp_path):
     with pytest.raises(NpaRemoteError):  # the next read is a new batch, not a stale failure
         await hook_on(conn).apartitions()  # type: ignore[arg-type]
     assert len(conn.sent) == 2
+
+
+def fake_lookup_tools(tmp_path) -> str:
+    """`sacct` and `squeue` stand-ins that log their arguments to `runs` and answer a record for each name of
+    their --name list ("job-<id>"): accounting says COMPLETED, slurmctld knows the even ids as RUNNING."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    parse = 'for a in "$@"; do case $a in --name=*) IFS=, read -ra names <<< "${a#--name=}";; esac; done'
+    sacct = 'echo "$id|$id|COMPLETED|0:0|c1|None|$n|1796216400|npa1:x:y"'
+    squeue = '((id % 2)) || echo "$id|$id|RUNNING|None|c1|$n|1796216400|npa1:x:y"'
+    for tool, line in (("sacct", sacct), ("squeue", squeue)):
+        body = f'echo "{tool} $*" >> {tmp_path}/runs\n{parse}\nfor n in "${{names[@]}}"; do id=${{n##*-}}; {line}; done'
+        (bin_dir / tool).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / tool).chmod(0o755)
+    return str(bin_dir)
+
+
+def states_of(jobs) -> dict[str, str]:
+    return {job.job_name: job.native_state for job in jobs}
+
+
+async def test_lookups_by_name_of_many_callers_share_one_sacct_and_one_squeue(tmp_path):
+    conn = ShellConnection("bash", path=fake_lookup_tools(tmp_path))
+    asked = [[f"job-{i}", f"job-{i + 100}"] for i in range(12)]
+    answers = await asyncio.gather(*(hook_on(conn).afind_jobs_by_name(names) for names in asked))  # type: ignore[arg-type]
+
+    assert len(conn.sent) == 1  # 12 lookups: one SSH command session
+    runs = (tmp_path / "runs").read_text().splitlines()
+    assert [run.split()[0] for run in runs] == ["sacct", "squeue"]
+    for names, jobs in zip(asked, answers, strict=True):  # each its own jobs; the live view wins over accounting
+        assert states_of(jobs) == {name: "RUNNING" if int(name[4:]) % 2 == 0 else "COMPLETED" for name in names}
+
+
+async def test_a_large_lookup_is_split_into_commands_and_batches_below_the_login_hosts_limit(tmp_path, monkeypatch):
+    from npa_airflow.slurm.transport import async_hook, job_queries
+
+    monkeypatch.setattr(job_queries, "NAMES_PER_LOOKUP", 4)
+    monkeypatch.setattr(async_hook, "READ_BATCH_BYTES", 900)  # about two commands per round trip
+    conn = ShellConnection("bash", path=fake_lookup_tools(tmp_path))
+    asked = [[f"job-{i}"] for i in range(10)]
+    answers = await asyncio.gather(*(hook_on(conn).afind_jobs_by_name(names) for names in asked))  # type: ignore[arg-type]
+
+    runs = (tmp_path / "runs").read_text().splitlines()
+    assert sorted(run.split()[0] for run in runs) == ["sacct"] * 3 + ["squeue"] * 3  # 4 + 4 + 2 names
+    assert len(conn.sent) >= 3  # the six commands did not go in one
+    assert all(len(sent) < 2000 for sent, _ in conn.sent)
+    for (name,), jobs in zip(asked, answers, strict=True):
+        assert list(states_of(jobs)) == [name]
+
+
+async def test_a_bad_name_fails_its_own_lookup_only_and_before_anything_is_sent(tmp_path):
+    conn = ShellConnection("bash", path=fake_lookup_tools(tmp_path))
+    bad, good = await asyncio.gather(
+        hook_on(conn).afind_jobs_by_name(["job-1", "x;reboot"]),  # type: ignore[arg-type]
+        hook_on(conn).afind_jobs_by_name(["job-2"]),  # type: ignore[arg-type]
+        return_exceptions=True,
+    )
+    assert isinstance(bad, NpaValidationError) and "x;reboot" in str(bad)
+    assert states_of(good) == {"job-2": "RUNNING"}
+    assert "reboot" not in (tmp_path / "runs").read_text()
