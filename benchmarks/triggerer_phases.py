@@ -109,6 +109,13 @@ class Bench:
         queue = self.queue()
         return [queue[name][0] for name in names if name in queue]
 
+    def submit_times(self, names: Iterable[str]) -> list[float]:
+        """When slurmctld took each job of `names` that is in the queue (its own submit time, epoch seconds)."""
+        squeue = ["squeue", "-h", "-u", self.cluster.user, "-o", "%j|%V"]
+        out = self.cluster.admin(["env", "SLURM_TIME_FORMAT=%s", *squeue])
+        submitted = dict(line.strip().split("|", 1) for line in out.splitlines() if line.count("|") == 1)
+        return [float(submitted[name]) for name in names if submitted.get(name, "").isdigit()]
+
     def release(self, ids: list[str]) -> None:
         for chunk in _chunks(ids, 200):
             self.cluster.admin(["scontrol", "release", ",".join(chunk)])

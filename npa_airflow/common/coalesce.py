@@ -9,7 +9,10 @@ within a short gathering pause, or while the previous call is still running, go 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
+import copy
+import threading
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Generic, TypeVar
 
@@ -79,3 +82,34 @@ def _settle(futures: list[asyncio.Future[V | None]], value: V | None = None, exc
             future.set_exception(exc)
         else:
             future.set_result(value)
+
+
+class InFlight(Generic[K, V]):
+    """``get(key, read)`` from many threads: a call made while the same key's read runs waits for that read and
+    gets a deep copy of its answer (or its exception) instead of reading again. Nothing is kept after a read
+    ends, so no answer is older than a read that was running when its caller asked."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[K, concurrent.futures.Future[V]] = {}
+        self.reads = 0  # reads made (tests prove the sharing by it)
+
+    def get(self, key: K, read: Callable[[], V]) -> V:
+        with self._lock:
+            running = self._running.get(key)
+            if running is None:
+                running = self._running[key] = concurrent.futures.Future()
+                self.reads += 1
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            return copy.deepcopy(running.result())
+        try:
+            running.set_result(read())
+        except BaseException as exc:
+            running.set_exception(exc)
+        finally:
+            with self._lock:
+                del self._running[key]
+        return running.result()

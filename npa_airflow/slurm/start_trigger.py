@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 from npa_airflow.common.background_loop import calls_on
+from npa_airflow.common.coalesce import InFlight
 from npa_airflow.common.configured_hook import shared_configs
 from npa_airflow.common.ownership import Verdict, decide, read_task_view, shielded
 from npa_airflow.slurm.operators.trigger_start import START_ON_WORKER
@@ -34,6 +35,10 @@ from npa_airflow.slurm.operators.trigger_start import START_ON_WORKER
 T = TypeVar("T")
 START_THREADS = 16  # starts and completions in flight at once per triggerer (each mostly waits on the cluster)
 ON_KILL_TIMEOUT = 25.0  # inside the triggerer's own bound on on_kill (30 s)
+# The upstream output a mapped task expands over: every map index reads the same value, each read a round trip
+# to the triggerer's supervisor, which serves them one at a time between its database work. Starts that ask
+# while one read runs share it.
+_UPSTREAM_READS: InFlight[tuple[str, str, str, str], Any] = InFlight()
 
 
 @functools.cache
@@ -78,7 +83,10 @@ def rebuild(ti: Any) -> tuple[Any, dict[str, Any]]:
         raise NotRebuildable(f"{cls.__name__} does not start in the triggerer")
 
     def upstream_xcom(task_id: str, key: str) -> Any:
-        return ti.xcom_pull(task_ids=task_id, key=key, map_indexes=-1)
+        def read() -> Any:
+            return ti.xcom_pull(task_ids=task_id, key=key, map_indexes=-1)
+
+        return _UPSTREAM_READS.get((ti.dag_id, ti.run_id, task_id, key), read)
 
     kwargs = operator_kwargs(task, cls, upstream_xcom, getattr(ti, "map_index", None))
     op = cls(task_id=ti.task_id, **kwargs)

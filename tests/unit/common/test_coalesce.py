@@ -1,12 +1,16 @@
-"""Coalescer: requests that arrive together share one call; nobody waits forever."""
+"""Coalescer: requests that arrive together share one call; nobody waits forever. InFlight: threads that ask
+while the same read runs share it."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
+import time
 
 import pytest
 
-from npa_airflow.common.coalesce import Coalescer
+from npa_airflow.common.coalesce import Coalescer, InFlight
 
 
 class Source:
@@ -83,3 +87,46 @@ async def test_the_runner_does_not_inherit_the_first_callers_context():
     var.set("trigger 1's log context")
     assert await Coalescer(fetch, gather=0.0).get("k") == 1
     assert seen == ["fresh"]
+
+
+def _threads_get(shared: InFlight, key: str, read, count: int) -> list:
+    """`count` threads call shared.get(key, read) at once; their answers (or exceptions), in order."""
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        futures = [pool.submit(shared.get, key, read) for _ in range(count)]
+        return [f.exception() or f.result() for f in futures]
+
+
+def test_threads_asking_while_a_read_runs_share_it_each_with_its_own_copy():
+    shared: InFlight[str, list] = InFlight()
+    started, release = threading.Event(), threading.Event()
+
+    def slow_read() -> list:
+        started.set()
+        release.wait(5)
+        return [{"command": "echo 1"}]
+
+    first = concurrent.futures.ThreadPoolExecutor(1).submit(shared.get, "up", slow_read)
+    started.wait(5)
+    with concurrent.futures.ThreadPoolExecutor(7) as pool:
+        joiners = [pool.submit(shared.get, "up", slow_read) for _ in range(7)]
+        time.sleep(0.2)  # all seven wait on the running read
+        release.set()
+        answers = [first.result(5)] + [j.result(5) for j in joiners]
+    assert shared.reads == 1
+    assert all(answer == [{"command": "echo 1"}] for answer in answers)
+    assert len({id(answer) for answer in answers}) == 8  # a start that changes its value changes no other's
+    assert shared.get("up", lambda: ["later"]) == ["later"] and shared.reads == 2  # nothing kept after a read
+    assert shared.get("other", lambda: ["b"]) == ["b"] and shared.reads == 3
+
+
+def test_a_failed_read_raises_in_the_threads_that_shared_it_and_the_next_reads_again():
+    shared: InFlight[str, int] = InFlight()
+
+    def failing() -> int:
+        time.sleep(0.3)
+        raise ConnectionError("supervisor gone")
+
+    answers = _threads_get(shared, "up", failing, 4)
+    assert all(isinstance(a, ConnectionError) for a in answers)
+    assert shared.reads < 4  # they shared
+    assert shared.get("up", lambda: 7) == 7
