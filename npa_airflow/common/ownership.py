@@ -28,7 +28,7 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,9 +139,10 @@ def _xcom_map_index(ti: Any) -> int:
 
 async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT, try_key: str | None = None) -> TaskView | None:
     """The current state of trigger's task instance `ti` (a TaskInstanceDTO), through the triggerer's
-    supervisor, and with `try_key` the try number the operator last pushed under that XCom key (read only while
-    the task is deferred: any other state decides on its own); None when there is no supervisor (dag.test) or
-    the read fails. Reads of the same task's instances that arrive together share one request."""
+    supervisor, and with `try_key` the try number the operator last pushed under that XCom key, as a number or
+    as the `waiting_try` of a handle (read only while the task is deferred: any other state decides on its own);
+    None when there is no supervisor (dag.test) or the read fails. Reads of the same task's instances that arrive
+    together share one request."""
     if ti is None:
         return None
     key = _TaskKey(ti.dag_id, ti.run_id, ti.task_id, _map_index(ti))
@@ -153,9 +154,12 @@ async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT, try_key: str | 
         return None
     state = found[0]
     waiting_try = await read_xcom(ti, try_key, timeout) if try_key and state == DEFERRED else None
+    if isinstance(waiting_try, Mapping):
+        waiting_try = waiting_try.get("waiting_try")
     if isinstance(waiting_try, str) and waiting_try.isdigit():
         waiting_try = int(waiting_try)
-    return TaskView(state, waiting_try if isinstance(waiting_try, int) else None)
+    valid = isinstance(waiting_try, int) and not isinstance(waiting_try, bool)
+    return TaskView(state, waiting_try if valid else None)
 
 
 @dataclass(frozen=True)

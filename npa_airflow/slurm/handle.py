@@ -50,6 +50,9 @@ class SlurmJobHandle:
     # The job's mode-600 secrets sidecar: kept while Slurm may run the job again (requeue), removed once it ended.
     env_file: str | None = None
     script_path: str | None = None  # the submitted script; Airflow's cancel marker sits next to it
+    # The try that published this handle to XCom and waits on the job (a later try that adopts the job publishes
+    # it again with its own number): a trigger's on_kill tells a clear from a move by it.
+    waiting_try: int | None = None
 
     @property
     def secret_files(self) -> tuple[str, ...]:
@@ -82,8 +85,12 @@ class SlurmJobHandle:
         for name in ("env_file", "script_path"):
             if getattr(self, name) is not None:
                 _check_path(name, getattr(self, name))
-        if not isinstance(self.try_number, int) or isinstance(self.try_number, bool) or self.try_number < 1:
-            raise NpaValidationError(f"SlurmJobHandle.try_number={self.try_number!r} must be an integer >= 1")
+        for name in ("try_number", "waiting_try"):
+            value = getattr(self, name)
+            if (value is not None or name == "try_number") and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
+                raise NpaValidationError(f"SlurmJobHandle.{name}={value!r} must be an integer >= 1")
         if self.submitted_at is not None and (
             isinstance(self.submitted_at, bool)
             or not isinstance(self.submitted_at, (int, float))
@@ -94,18 +101,19 @@ class SlurmJobHandle:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (str, int, float, None only) that :meth:`from_dict` reads back.
 
-        `env_file` is left out when there is none: the handle of a job without secrets keeps its earlier shape.
+        `env_file` and `waiting_try` are left out when unset: such a handle keeps its earlier shape.
         """
         data = asdict(self)
-        if data["env_file"] is None:
-            del data["env_file"]
+        for name in ("env_file", "waiting_try"):
+            if data[name] is None:
+                del data[name]
         return data
 
     @classmethod
     def from_dict(cls, data: object) -> SlurmJobHandle:
         if not isinstance(data, dict):
             raise NpaValidationError(f"a Slurm job handle must be a dict, got {type(data).__name__}: {data!r}")
-        optional = ("retry_of", "submitted_at", "env_file", "script_path")
+        optional = ("retry_of", "submitted_at", "env_file", "script_path", "waiting_try")
         required = sorted(f.name for f in fields(cls) if f.name not in optional)
         unknown, missing = field_mismatch(cls, data, required)
         if unknown:

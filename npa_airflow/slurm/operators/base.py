@@ -283,7 +283,10 @@ class SlurmJobOperatorBase(BaseOperator):
         )
         check_on_cluster(hook, job, self.slurm_conn_id, self.log)
         this.handle, this.job = None, job  # on_kill cancels by this job's name until its id is known
-        this.handle = handle = self._adopt_or_submit(context, submission)
+        # waiting_try: the try that waits on the job, in the one XCom a trigger's on_kill reads to tell a clear
+        # from a move (each XCom write is a round trip to Airflow)
+        handle = replace(self._adopt_or_submit(context, submission), waiting_try=self.ti_identity(context)[4])
+        this.handle = handle
         self.cancelling(this).stop_if_killed(hook, handle)
         self._publish(context, handle)
         trigger = self._trigger(handle, self._deadline(job, handle, counted_from))
@@ -291,9 +294,9 @@ class SlurmJobOperatorBase(BaseOperator):
         return trigger
 
     def _publish(self, context: Context, handle: SlurmJobHandle) -> None:
-        """The handle to XCom before any wait: a kill, the listener and the next try find the job there."""
+        """The handle to XCom before any wait: a kill, the listener and the next try find the job there, and a
+        trigger's on_kill the try that waits on it."""
         context["ti"].xcom_push(key=xcom_keys.SLURM_JOB, value=handle.to_dict())
-        context["ti"].xcom_push(key=xcom_keys.SLURM_TRY, value=self.ti_identity(context)[4])
         self.log.info(
             "Slurm job %s (%s) on %s; stdout %s", handle.job_id, handle.job_name, handle.login_host, handle.stdout_path
         )

@@ -516,16 +516,40 @@ async def test_on_kill_logs_instead_of_raising(tmp_path, double, supervisor, cap
     assert any("Could not cancel Slurm job 42" in r.getMessage() for r in caplog.records)
 
 
-async def test_a_cleared_try_cancels_even_when_the_next_try_is_already_deferred(tmp_path, double, supervisor):
-    """A clear, and the next try reattached and deferred before on_kill ran (its XCom names try 2)."""
+@pytest.mark.parametrize(
+    "published",
+    [
+        pytest.param({"slurm_job": {"waiting_try": 2}}, id="the-handle-names-try-2"),
+        pytest.param({"slurm_job": {}, "slurm_try": 2}, id="published-before-waiting-try"),
+    ],
+)
+async def test_a_cleared_try_cancels_even_when_the_next_try_is_already_deferred(
+    tmp_path, double, supervisor, published
+):
+    """A clear, and the next try reattached and deferred before on_kill ran (its handle's XCom names try 2; a
+    handle an earlier version published names it in its own XCom)."""
     supervisor.state = "deferred"
-    supervisor.xcoms["slurm_try"] = 2
+    handle = dict(handle_for(tmp_path))
+    supervisor.xcoms.update(
+        {key: {**handle, **value} if key == "slurm_job" else value for key, value in published.items()}
+    )
     double.states["42"] = JobState.RUNNING
     trigger = for_task_instance(make_trigger(handle_for(tmp_path), double))
     task = await start_watching(trigger, double)
     task.cancel()
     await trigger.on_kill()
     assert double.states["42"] is JobState.CANCELED
+
+
+async def test_a_moved_trigger_whose_handle_names_its_own_try_cancels_nothing(tmp_path, double, supervisor):
+    supervisor.state = "deferred"
+    supervisor.xcoms["slurm_job"] = {**dict(handle_for(tmp_path)), "waiting_try": 1}
+    double.states["42"] = JobState.RUNNING
+    trigger = for_task_instance(make_trigger(handle_for(tmp_path), double))
+    task = await start_watching(trigger, double)
+    task.cancel()
+    await trigger.on_kill()
+    assert double.states["42"] is JobState.RUNNING
 
 
 async def test_on_kill_finishes_its_decision_when_airflow_cancels_it_again(tmp_path, double, supervisor):

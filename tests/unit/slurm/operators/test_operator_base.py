@@ -43,6 +43,8 @@ def test_fresh_submission_stages_script_and_defers_with_handle():
     assert submits[0][1] == f"/shared/results/sbatch/{name(1)}.sbatch"
     assert ctx["ti"].pushed["slurm_job"]["job_id"] == "101"
     assert trigger.handle.to_dict() == ctx["ti"].pushed["slurm_job"]
+    assert trigger.handle.waiting_try == 1  # the try that waits on the job
+    assert "slurm_try" not in ctx["ti"].pushed  # one XCom write: each is a round trip to Airflow
     assert trigger.require_marker == "status.json"
     assert trigger.handle.stdout_path == f"/shared/results/slurm-logs/{name(1)}/main.out"
     assert hook.calls[0] == ("partitions",)  # validated before anything else touches the cluster
