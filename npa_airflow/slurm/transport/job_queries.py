@@ -210,6 +210,8 @@ class JobQueries:
         names): a triggerer starting hundreds of tasks looks them all up in a round trip or two, where one sacct
         each took about 0.1 s of slurmdbd's time, one after the other."""
         names = [validate_job_name(name, "names") for name in dict.fromkeys(names)]
+        if not names:
+            return []
         cluster = await self.atarget_cluster()
         config = await self.aconfig()
         pool, key = loop_pool(), (config.pool_key, cluster, config.user)
@@ -234,7 +236,7 @@ class JobQueries:
             reads.append(commands.build_find_by_name_squeue(chunk, user, cluster))
         results = iter(await self.aread_together(reads))
         found: dict[str, commands.SlurmJobInfo] = {}
-        for _chunk in chunks:
+        for _ in chunks:
             sacct = next(results) if accounting else None
             squeue = next(results)
             if sacct is not None and sacct.returncode == 0:
