@@ -25,7 +25,9 @@ pytestmark = pytest.mark.integration
 LIMIT_SECONDS = 120  # time_hours=2/60: #SBATCH --time=2
 # A training loop's stand-in: it waits (a bash `wait` is interrupted by a trapped signal, a foreground sleep is not)
 # until the warning, then "writes a checkpoint" and exits 0. Slurm sends the warning 60 s before the limit, or up
-# to 60 s earlier; the child timeout (114 s) would end it with 124 if no warning came.
+# to 60 s earlier; the child timeout (114 s) would end it with 124 if no warning came. The sleep ignores the
+# signal: Slurm signals every process of the step, and a sleep killed by it ended the `wait` before bash ran its
+# trap (once in CI, on a loaded machine).
 COMMAND = """\
 echo "npa-test: started in ${NPA_STANDIN_CONTAINER_IMAGE:-no image}"
 on_warning() {
@@ -33,7 +35,7 @@ on_warning() {
   exit 0
 }
 trap on_warning USR1
-sleep 300 &
+(trap '' USR1; exec sleep 300) &
 wait
 echo "npa-test: no warning came"
 exit 3"""

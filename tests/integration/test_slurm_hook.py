@@ -225,9 +225,13 @@ async def test_lookups_by_name_made_together_share_one_sacct_and_squeue_and_each
     try:
         asked = [[f"{base}-{i}", f"{base}-{i}-t2"] for i in range(4)]
         asked.append([f"{base}-absent-{i}" for i in range(250)] + [f"{base}-3"])
+        hooks = [SlurmHook("slurm_default") for _ in asked]
+        for each in hooks:  # each start has read its connection before it looks up: the lookups arrive together
+            await each.aconfig()
         lookups = ssh.loop_pool().name_lookups
         calls_before = sum(c.calls for c in lookups.values())
-        answers = await asyncio.gather(*(SlurmHook("slurm_default").afind_jobs_by_name(names) for names in asked))
+        pairs = zip(hooks, asked, strict=True)
+        answers = await asyncio.gather(*(each.afind_jobs_by_name(names) for each, names in pairs))
         assert sum(c.calls for c in lookups.values()) - calls_before == 1
         for i, found in enumerate(answers[:4]):
             assert [(info.job_id, info.job_name, info.native_state) for info in found] == [
