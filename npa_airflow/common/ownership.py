@@ -137,12 +137,12 @@ def _xcom_map_index(ti: Any) -> int:
     return -1 if index is None else index
 
 
-async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT, try_key: str | None = None) -> TaskView | None:
+async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT, try_keys: Sequence[str] = ()) -> TaskView | None:
     """The current state of trigger's task instance `ti` (a TaskInstanceDTO), through the triggerer's
-    supervisor, and with `try_key` the try number the operator last pushed under that XCom key, as a number or
-    as the `waiting_try` of a handle (read only while the task is deferred: any other state decides on its own);
-    None when there is no supervisor (dag.test) or the read fails. Reads of the same task's instances that arrive
-    together share one request."""
+    supervisor, and the try number the operator last pushed under the first of the XCom `try_keys` that holds one,
+    as a number or as the `waiting_try` of a handle (read only while the task is deferred: any other state decides
+    on its own); None when there is no supervisor (dag.test) or the read fails. Reads of the same task's instances
+    that arrive together share one request."""
     if ti is None:
         return None
     key = _TaskKey(ti.dag_id, ti.run_id, ti.task_id, _map_index(ti))
@@ -153,13 +153,20 @@ async def read_task_view(ti: Any, timeout: float = READ_TIMEOUT, try_key: str | 
     if found is None:
         return None
     state = found[0]
-    waiting_try = await read_xcom(ti, try_key, timeout) if try_key and state == DEFERRED else None
-    if isinstance(waiting_try, Mapping):
-        waiting_try = waiting_try.get("waiting_try")
-    if isinstance(waiting_try, str) and waiting_try.isdigit():
-        waiting_try = int(waiting_try)
-    valid = isinstance(waiting_try, int) and not isinstance(waiting_try, bool)
-    return TaskView(state, waiting_try if valid else None)
+    for try_key in try_keys if state == DEFERRED else ():
+        waiting_try = _try_number(await read_xcom(ti, try_key, timeout))
+        if waiting_try is not None:
+            return TaskView(state, waiting_try)
+    return TaskView(state)
+
+
+def _try_number(value: Any) -> int | None:
+    """A try number as an XCom holds it: the number (or its digits), or a handle's `waiting_try`."""
+    if isinstance(value, Mapping):
+        value = value.get("waiting_try")
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)

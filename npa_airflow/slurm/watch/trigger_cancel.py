@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common import xcom_keys
 from npa_airflow.common.owned_trigger import OwnedJobTrigger
-from npa_airflow.common.ownership import DEFERRED, Claim, TaskView, Verdict, read_task_view
+from npa_airflow.common.ownership import Claim, TaskView, Verdict, read_task_view
 from npa_airflow.common.retry import Backoff, Budget, aretry
 from npa_airflow.exceptions import cluster_did_not_answer
 from npa_airflow.slurm.submit.fit import NEVER_CLEARING_REASONS
@@ -106,11 +106,9 @@ class SlurmTriggerCancels(OwnedJobTrigger):
                 current = await asyncio.wait_for(claim_read, CLAIM_READ_TIMEOUT)
             except Exception as exc:
                 module_log.warning("Could not read the claim on Slurm job %s (%s)", self.job_id, exc)
-        ti = getattr(self, "task_instance", None)
-        view = await read_task_view(ti, try_key=xcom_keys.SLURM_JOB)
-        if view is not None and view.state == DEFERRED and view.waiting_try is None:  # published before waiting_try
-            view = await read_task_view(ti, try_key=xcom_keys.SLURM_TRY)
-        return current, view
+        # The handle's waiting_try; slurm_try for a handle an earlier version published
+        try_keys = (xcom_keys.SLURM_JOB, xcom_keys.SLURM_TRY)
+        return current, await read_task_view(getattr(self, "task_instance", None), try_keys=try_keys)
 
     async def cancel(self, why: str) -> None:
         """A user ended the task: scancel the job unless it has ended (then only its secret files go)."""

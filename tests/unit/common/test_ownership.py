@@ -119,7 +119,7 @@ async def test_reads_of_one_mapped_tasks_instances_share_one_request_and_only_de
 
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Comms(), raising=False)
     tis = [types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=i) for i in range(4)]
-    views = await asyncio.gather(*(read_task_view(ti, try_key="k") for ti in tis))
+    views = await asyncio.gather(*(read_task_view(ti, try_keys=("k",)) for ti in tis))
     assert views == [TaskView("failed"), TaskView("deferred", 2), TaskView(None), None]  # index 3: not in the answer
     states = [m for m in asked if type(m).__name__ == "GetTaskStates"]
     assert len(states) == 1 and states[0].map_index is None and states[0].task_ids == ["t"]

@@ -343,14 +343,19 @@ async def start_watching(trigger: SlurmJobTrigger, double: LocalClusterDouble) -
     raise AssertionError("the trigger never claimed its job")
 
 
+async def kill_while_watching(trigger: SlurmJobTrigger, double: LocalClusterDouble) -> None:
+    """What the trigger runner does to a watching trigger on a user's action: cancel its task, then on_kill."""
+    task = await start_watching(trigger, double)
+    task.cancel()
+    await trigger.on_kill()
+
+
 @pytest.mark.parametrize("ti_state", ["failed", "success", None, "up_for_retry", "scheduled"])
 async def test_on_kill_cancels_when_the_task_is_no_longer_deferred(tmp_path, double, supervisor, ti_state):
     supervisor.state = ti_state
     double.states["42"] = JobState.RUNNING
     trigger = for_task_instance(make_trigger(handle_for(tmp_path), double))
-    task = await start_watching(trigger, double)
-    task.cancel()
-    await trigger.on_kill()
+    await kill_while_watching(trigger, double)
     assert double.states["42"] is JobState.CANCELED
 
 
@@ -401,12 +406,18 @@ async def test_jobs_the_listener_already_cancelled_have_their_sidecars_shredded_
     assert not any(Path(p).exists() for p in sidecars)
 
 
-async def test_on_kill_leaves_a_still_deferred_task_alone(tmp_path, double, supervisor, monkeypatch, caplog):
+@pytest.mark.parametrize("waiting_try", [None, 1], ids=["no-handle", "the-handle-names-its-own-try"])
+async def test_on_kill_leaves_a_still_deferred_task_alone(
+    tmp_path, double, supervisor, monkeypatch, caplog, waiting_try
+):
+    """Still deferred, by this very try (a trigger that moved): nothing to cancel."""
     from npa_airflow.common import ownership
 
     monkeypatch.setattr(ownership, "DECIDE_SECONDS", 0.3)
     monkeypatch.setattr(ownership, "DECIDE_PAUSE", 0.1)
     supervisor.state = "deferred"
+    if waiting_try is not None:
+        supervisor.xcoms["slurm_job"] = {**dict(handle_for(tmp_path)), "waiting_try": waiting_try}
     double.states["42"] = JobState.RUNNING
     trigger = for_task_instance(make_trigger(handle_for(tmp_path), double))
     await trigger.on_kill()
@@ -535,21 +546,8 @@ async def test_a_cleared_try_cancels_even_when_the_next_try_is_already_deferred(
     )
     double.states["42"] = JobState.RUNNING
     trigger = for_task_instance(make_trigger(handle_for(tmp_path), double))
-    task = await start_watching(trigger, double)
-    task.cancel()
-    await trigger.on_kill()
+    await kill_while_watching(trigger, double)
     assert double.states["42"] is JobState.CANCELED
-
-
-async def test_a_moved_trigger_whose_handle_names_its_own_try_cancels_nothing(tmp_path, double, supervisor):
-    supervisor.state = "deferred"
-    supervisor.xcoms["slurm_job"] = {**dict(handle_for(tmp_path)), "waiting_try": 1}
-    double.states["42"] = JobState.RUNNING
-    trigger = for_task_instance(make_trigger(handle_for(tmp_path), double))
-    task = await start_watching(trigger, double)
-    task.cancel()
-    await trigger.on_kill()
-    assert double.states["42"] is JobState.RUNNING
 
 
 async def test_on_kill_finishes_its_decision_when_airflow_cancels_it_again(tmp_path, double, supervisor):
