@@ -1,0 +1,62 @@
+"""A trigger's last lines reach its task's log before the trigger ends.
+
+Airflow 3.3.2's triggerer supervisor reads its runner's log socket 4 KiB per turn of its loop, and closes a
+trigger's log file as soon as the runner reports the trigger finished, a message that travels on another socket.
+Lines still queued on the log socket then land in the triggerer's own log instead of the task's: a job's last
+lines of output and its end, the lines an on-call operator reads first. So a trigger, before it fires the event
+that ends it, waits (bounded) until the supervisor has read every byte this process has queued on that socket.
+
+The queue is read with SIOCOUTQ: on a Unix socket it counts the bytes sent and not yet read by the peer. Outside
+a process that logs to such a socket (a worker's inline wait under another setup, a test) there is nothing to
+wait for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import stat
+import struct
+import termios
+import time
+
+import structlog
+
+# The bound. On the test bed a triggerer's supervisor serving its first trigger of a `start_from_trigger` task read
+# nothing for 2 s; one further behind may still lose lines.
+LOG_DELIVERY_SECONDS = 5.0
+_CHECK_EVERY = 0.02
+
+
+def log_socket_fd() -> int | None:
+    """The socket this process's structured log lines go to, or None (a file, a terminal, no such setup)."""
+    stream = getattr(structlog.get_config().get("logger_factory"), "io", None)
+    try:
+        fd = stream.fileno()  # type: ignore[union-attr]
+        return fd if stat.S_ISSOCK(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def unread_bytes(fd: int) -> int:
+    """Bytes this process has sent on socket `fd` that its peer has not read yet (SIOCOUTQ)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+
+
+async def until_log_lines_read(timeout: float = LOG_DELIVERY_SECONDS, fd: int | None = None) -> float:
+    """Wait until the log lines written so far have been read by the process that files them (at most `timeout`
+    seconds); the seconds waited."""
+    fd = log_socket_fd() if fd is None else fd
+    started = time.monotonic()
+    if fd is None:
+        return 0.0
+    while True:
+        try:
+            pending = unread_bytes(fd)
+        except OSError:
+            return time.monotonic() - started
+        waited = time.monotonic() - started
+        if pending <= 0 or waited >= timeout:
+            return waited
+        await asyncio.sleep(_CHECK_EVERY)
