@@ -4,11 +4,11 @@ Airflow 3.3.2's triggerer supervisor reads its runner's log socket 4 KiB per tur
 trigger's log file as soon as the runner reports the trigger finished, a message that travels on another socket.
 Lines still queued on the log socket then land in the triggerer's own log instead of the task's: a job's last
 lines of output and its end, the lines an on-call operator reads first. So a trigger, before it fires the event
-that ends it, waits (bounded) until the supervisor has read every byte this process has queued on that socket.
+that ends it, waits (bounded) until the supervisor has read every byte this process has queued on that socket,
+and once more after it, for the line Airflow writes about the event.
 
-The queue is read with SIOCOUTQ: on a Unix socket it counts the bytes sent and not yet read by the peer. Outside
-a process that logs to such a socket (a worker's inline wait under another setup, a test) there is nothing to
-wait for.
+The queue is read with SIOCOUTQ: on a Unix socket it counts what was sent and not yet read by the peer. Where log
+lines go to a file or a terminal (a trigger run outside Airflow's supervisors, a test) there is nothing to wait for.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ import structlog
 # The bound. On the test bed a triggerer's supervisor serving its first trigger of a `start_from_trigger` task read
 # nothing for 2 s; one further behind may still lose lines.
 LOG_DELIVERY_SECONDS = 5.0
+# After the event, for Airflow's own line about it: shorter, well before the supervisor, having stored the event,
+# cancels the trigger (which Airflow would log as a user's action).
+AFTER_EVENT_SECONDS = 1.0
 _CHECK_EVERY = 0.02
 
 

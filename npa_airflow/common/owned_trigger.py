@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from npa_airflow.common.log_delivery import until_log_lines_read
+from npa_airflow.common.log_delivery import AFTER_EVENT_SECONDS, until_log_lines_read
 from npa_airflow.common.ownership import Claim, TaskView, Verdict, decide, shielded
 
 module_log = logging.getLogger(__name__)  # on_kill's lines also reach the triggerer's own log
@@ -95,6 +95,7 @@ class OwnedJobTrigger(BaseTrigger):
         self._fired = True
         await until_log_lines_read()  # the job's last lines in the task's log, not the triggerer's
         yield TriggerEvent(payload)
+        await until_log_lines_read(AFTER_EVENT_SECONDS)  # and Airflow's "Trigger fired event" line
 
     # -- a kill ----------------------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 from npa_airflow.common.background_loop import calls_on
 from npa_airflow.common.coalesce import InFlight
 from npa_airflow.common.configured_hook import shared_configs
-from npa_airflow.common.log_delivery import until_log_lines_read
+from npa_airflow.common.log_delivery import AFTER_EVENT_SECONDS, until_log_lines_read
 from npa_airflow.common.ownership import Verdict, decide, read_task_view, shielded
 from npa_airflow.slurm.operators.trigger_start import START_ON_WORKER
 
@@ -132,6 +132,7 @@ class SlurmStartTrigger(BaseTrigger):
         event = await self._wait_and_end(ti, context)
         await until_log_lines_read()  # the completion's lines too
         yield event
+        await until_log_lines_read(AFTER_EVENT_SECONDS)
 
     async def _wait_and_end(self, ti: Any, context: dict[str, Any]) -> TriggerEvent:
         """Wait for the job; end the task here on success, else hand the event to a worker."""

@@ -99,3 +99,16 @@ async def test_a_trigger_fires_its_event_once_its_lines_are_read(log_socket):
     await asyncio.to_thread(_read_all, supervisor_end, 10_000)
     event = await asyncio.wait_for(first, 2)
     assert event.payload["status"] == "success"
+
+
+async def test_after_its_event_a_trigger_ends_once_airflow_s_line_about_it_is_read(log_socket):
+    runner_end, supervisor_end = log_socket
+    events = run_for_task_instance(JobTrigger(), try_number=1).run()
+    await events.__anext__()
+    runner_end.sendall(b"Trigger fired event\n" * 100)  # what Airflow writes about the event, before resuming it
+    end = asyncio.create_task(events.__anext__())
+    await asyncio.sleep(0.3)
+    assert not end.done()
+    await asyncio.to_thread(_read_all, supervisor_end, 2_000)
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(end, 2)
