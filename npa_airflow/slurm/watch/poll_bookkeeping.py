@@ -31,18 +31,16 @@ CLAIM_REREADS = 3  # a claim read that is itself late this many times in a row: 
 
 
 def claim_fresh_seconds() -> float:
-    """How long a claim read stays good enough to write by. Another triggerer takes a trigger over only once its
-    holder's last heartbeat is older than [triggerer] triggerer_health_check_threshold (Airflow's default 30 s),
-    and the holder's heartbeat may be [triggerer] job_heartbeat_sec (default 5 s) plus a loop turn old already
-    when a read is made: a read stays good for a third of the threshold, and never as long as that remainder."""
+    """How long a claim read stays good enough to write by: a third of [triggerer]
+    triggerer_health_check_threshold (Airflow's default 30 s), which a holder's heartbeat must be older than
+    before another triggerer takes its triggers."""
     try:
         from airflow.configuration import conf
 
         threshold = conf.getfloat("triggerer", "triggerer_health_check_threshold", fallback=30.0)
-        heartbeat = conf.getfloat("triggerer", "job_heartbeat_sec", fallback=5.0)
-    except Exception:  # no Airflow configuration (a bare test loop): Airflow's defaults
-        threshold, heartbeat = 30.0, 5.0
-    return max(1.0, min(threshold / 3, threshold - heartbeat - 1.0))
+    except Exception:  # no Airflow configuration (a bare test loop): Airflow's default
+        threshold = 30.0
+    return max(1.0, threshold / 3)
 
 
 def describe_error(exc: BaseException) -> str:
