@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.airflow_api import AirflowApiError, poll
-from tests.e2e.production import TRIGGERERS, holder, metadata_db, stall_holder, triggerer_threshold
+from tests.e2e.production import (
+    TRIGGERERS,
+    holder,
+    metadata_db,
+    stall_holder,
+    triggerer_threshold,
+)
 from tests.e2e.slurm_runs import DAG_ID, IN_TRIGGERER, TASK_ID, mode_dag, start_job, ticks, wait_for_ticks
 
 pytestmark = pytest.mark.e2e
@@ -116,6 +122,27 @@ def test_a_stalled_holder_triggerer_never_cancels_the_job(prod, api, db, sacct_s
         assert state == "COMPLETED", f"run {run}: the job ended {state} after a triggerer stall"
         check_ticks(got, seconds, holders, log)
     print(f"\n[fault] triggerer stall {2 * threshold:.0f}s x{STALL_RUNS}: {results}")
+
+
+def test_a_stall_within_a_claim_read_s_trust_leaves_the_trigger_on_its_triggerer(prod, api, db, sacct_state):
+    """A trigger writes the lines of a cycle whose claim read is younger than a third of
+    triggerer_health_check_threshold without reading it again (poll_bookkeeping.claim_fresh_seconds): that rests
+    on Airflow 3.3.2 moving no trigger off a triggerer stopped that long. Stop the holder that long: the trigger
+    stays, the job completes, every line once. Fails when Airflow moves triggers sooner. (The takeover comes before
+    the threshold itself: the holder's last heartbeat is already seconds old when it stops; a 12-s stall with a
+    15-s threshold and a 1-s heartbeat moved the trigger 11.5 s in.)"""
+    stall = triggerer_threshold(prod) / 3
+    seconds = int(stall) + 30
+    run_id, ti, job_id = start_job(api, seconds=seconds)
+    wait_for_ticks(api, run_id, ti["try_number"], at_least=3)
+    stalled = wait_holder(db, run_id)
+    during = stall_holder(prod, db, DAG_ID, run_id, TASK_ID, stalled, stall)
+    done, holders = wait_success_watching_holders(api, db, run_id, [stalled], timeout=seconds + 180)
+    assert during == stalled and holders == [stalled], f"moved by a {stall:.0f}-s stall: {during}, then {holders}"
+    assert sacct_state(job_id) == "COMPLETED"
+    got = ticks(api.log_lines(DAG_ID, run_id, TASK_ID, done["try_number"]))
+    assert got == list(range(1, seconds + 1)), f"lines lost or written twice across the stall: {got}"
+    print(f"\n[fault] {stalled} stopped {stall:.0f} s (a third of the threshold): not moved, {len(got)} lines once")
 
 
 @pytest.mark.skipif(IN_TRIGGERER, reason="Airflow's own trigger log files, whoever started the task: worker mode")
