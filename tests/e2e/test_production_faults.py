@@ -18,13 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.airflow_api import AirflowApiError, poll
-from tests.e2e.production import (
-    TRIGGERERS,
-    holder,
-    metadata_db,
-    stall_holder,
-    triggerer_threshold,
-)
+from tests.e2e.production import TRIGGERERS, holder, metadata_db, stall_holder, triggerer_threshold
 from tests.e2e.slurm_runs import DAG_ID, IN_TRIGGERER, TASK_ID, mode_dag, start_job, ticks, wait_for_ticks
 
 pytestmark = pytest.mark.e2e
@@ -130,7 +124,7 @@ def test_a_stall_within_a_claim_read_s_trust_leaves_the_trigger_on_its_triggerer
     on Airflow 3.3.2 moving no trigger off a triggerer stopped that long. Stop the holder that long: the trigger
     stays, the job completes, every line once. Fails when Airflow moves triggers sooner. (The takeover comes before
     the threshold itself: the holder's last heartbeat is already seconds old when it stops; a 12-s stall with a
-    15-s threshold and a 1-s heartbeat moved the trigger 11.5 s in.)"""
+    15-s threshold and a 1-s heartbeat moved the trigger about 11.5 s in.)"""
     stall = triggerer_threshold(prod) / 3
     seconds = int(stall) + 30
     run_id, ti, job_id = start_job(api, seconds=seconds)
