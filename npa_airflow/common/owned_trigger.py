@@ -38,6 +38,7 @@ class OwnedJobTrigger(BaseTrigger):
         self.cancel_on_kill = bool(cancel_on_kill)
         self._fired = False  # the event is built: on_kill has nothing left to cancel
         self._killed = False  # on_kill has run once
+        self.delivers_log_lines = True  # False inside a trigger that waits for the lines itself, after its own
         self._claim: Claim | None = None
 
     @property
@@ -93,9 +94,11 @@ class OwnedJobTrigger(BaseTrigger):
         await self._claim_job()
         payload = await self.wait()
         self._fired = True
-        await until_log_lines_read()  # the job's last lines in the task's log, not the triggerer's
+        if self.delivers_log_lines:
+            await until_log_lines_read()  # the job's last lines in the task's log, not the triggerer's
         yield TriggerEvent(payload)
-        await until_log_lines_read(AFTER_EVENT_SECONDS)  # and Airflow's "Trigger fired event" line
+        if self.delivers_log_lines:
+            await until_log_lines_read(AFTER_EVENT_SECONDS)  # and Airflow's "Trigger fired event" line
 
     # -- a kill ----------------------------------------------------------------------------------------------
 

@@ -138,6 +138,7 @@ class SlurmStartTrigger(BaseTrigger):
         """Wait for the job; end the task here on success, else hand the event to a worker."""
         wait = self._wait
         wait.task_instance, wait.trigger_id = ti, getattr(self, "trigger_id", None)
+        wait.delivers_log_lines = False  # the lines wait once, with the completion's, before this trigger's event
         payload: dict[str, Any] = {}
         async for event in wait.run():
             payload = event.payload

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import time
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import structlog
 
+from npa_airflow.common import log_delivery
 from npa_airflow.common.log_delivery import log_socket_fd, unread_bytes, until_log_lines_read
 from tests.supervisor_double import run_for_task_instance
 from tests.unit.common.test_owned_trigger import JobTrigger
@@ -112,3 +114,24 @@ async def test_after_its_event_a_trigger_ends_once_airflow_s_line_about_it_is_re
     await asyncio.to_thread(_read_all, supervisor_end, 2_000)
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(end, 2)
+
+
+async def test_lines_written_after_the_wait_began_do_not_hold_it(monkeypatch):
+    """Other triggers keep writing while the peer reads, so the queue never empties: the wait ends once the drops
+    between its checks add up to what was queued when it began (the peer has read at least that much)."""
+    queue = iter([1000, 1500, 1200, 700, 900, 600, 800, 800])
+    checks: list[int] = []
+
+    def unread(fd: int) -> int:
+        checks.append(next(queue))
+        return checks[-1]
+
+    monkeypatch.setattr(log_delivery, "unread_bytes", unread)
+    await until_log_lines_read(timeout=5, fd=99)
+    assert checks == [1000, 1500, 1200, 700, 900, 600]  # drops 300 + 500 + 300 >= 1000
+
+
+async def test_a_queue_that_only_grows_holds_the_wait_to_its_bound(monkeypatch):
+    growing = itertools.count(1000, 10)
+    monkeypatch.setattr(log_delivery, "unread_bytes", lambda fd: next(growing))
+    assert 0.2 <= await until_log_lines_read(timeout=0.2, fd=99) < 1

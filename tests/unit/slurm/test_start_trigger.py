@@ -129,3 +129,19 @@ def test_the_hooks_commands_in_a_start_thread_run_on_the_triggerers_loop():
     caller, used = asyncio.run(main())
     assert used is caller
     assert run_sync(loop_of()) is not caller  # outside a start thread: the private background loop
+
+
+def test_the_job_s_wait_leaves_the_log_lines_to_the_start_trigger_which_waits_once_after_the_completion():
+    seen = []
+
+    class Wait:
+        delivers_log_lines = True
+
+        async def run(self):
+            seen.append(self.delivers_log_lines)
+            yield SimpleNamespace(payload={"status": "failed", "message": "exit 3"})
+
+    trigger = SlurmStartTrigger()
+    trigger._wait = Wait()
+    event = asyncio.run(trigger._wait_and_end(SimpleNamespace(), {}))
+    assert seen == [False] and event.payload["status"] == "failed"
