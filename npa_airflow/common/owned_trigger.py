@@ -38,7 +38,7 @@ class OwnedJobTrigger(BaseTrigger):
         self.cancel_on_kill = bool(cancel_on_kill)
         self._fired = False  # the event is built: on_kill has nothing left to cancel
         self._killed = False  # on_kill has run once
-        self.delivers_log_lines = True  # False inside a trigger that waits for the lines itself, after its own
+        self.delivers_log_lines = True  # False when the trigger running this one waits for them (SlurmStartTrigger)
         self._claim: Claim | None = None
 
     @property
