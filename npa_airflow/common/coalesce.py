@@ -25,24 +25,36 @@ GATHER_SECONDS = 0.05  # a lone request waits this long for company; under load 
 class Coalescer(Generic[K, V]):
     """``await get(key)`` -> ``fetch([keys...])[key]`` (None when the answer lacks it), one fetch per batch.
 
-    A failed fetch raises its exception in every caller of that batch. Fetches never overlap: keys that
-    arrive during one wait for it to end and go into the next. The runner starts in a fresh context, so it
-    does not inherit the first caller's context (a trigger's task-log routing).
+    A failed fetch raises its exception in every caller of that batch. At most ``concurrent`` fetches run at
+    once (one by default: fetches never overlap); keys that arrive while that many run wait for one of them to
+    end and go into the next batch. Each runner starts in a fresh context, so it does not inherit the first
+    caller's context (a trigger's task-log routing).
     """
 
-    def __init__(self, fetch: Callable[[list[K]], Awaitable[Mapping[K, V]]], gather: float = GATHER_SECONDS) -> None:
+    def __init__(
+        self,
+        fetch: Callable[[list[K]], Awaitable[Mapping[K, V]]],
+        gather: float = GATHER_SECONDS,
+        *,
+        concurrent: int = 1,
+    ) -> None:
         self._fetch = fetch
         self._gather = gather
+        self._concurrent = concurrent
         self._waiting: dict[K, list[asyncio.Future[V | None]]] = {}
-        self._runner: asyncio.Task[None] | None = None
+        self._runners: set[asyncio.Task[None]] = set()
+        self._fetching = 0
         self.calls = 0  # fetches made (tests prove the coalescing by it)
 
     async def get(self, key: K) -> V | None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[V | None] = loop.create_future()
         self._waiting.setdefault(key, []).append(future)
-        if self._runner is None or self._runner.done():
-            self._runner = contextvars.Context().run(loop.create_task, self._drain())
+        running = sum(1 for runner in self._runners if not runner.done())  # a done one may not be discarded yet
+        if running - self._fetching <= 0 and running < self._concurrent:  # no runner will take the key: start one
+            runner = contextvars.Context().run(loop.create_task, self._drain())
+            self._runners.add(runner)
+            runner.add_done_callback(self._runners.discard)
         return await future
 
     async def _drain(self) -> None:
@@ -51,6 +63,7 @@ class Coalescer(Generic[K, V]):
             while self._waiting:
                 batch, self._waiting = self._waiting, {}
                 self.calls += 1
+                self._fetching += 1
                 try:
                     answers = await self._fetch(list(batch))
                 except Exception as exc:
@@ -60,6 +73,8 @@ class Coalescer(Generic[K, V]):
                 except BaseException:  # cancelled mid-fetch
                     _cancel(batch)
                     raise
+                finally:
+                    self._fetching -= 1
                 for key, futures in batch.items():
                     _settle(futures, value=answers.get(key))
         except BaseException:  # the loop is shutting down: nobody may wait forever

@@ -243,6 +243,42 @@ async def test_lookups_by_name_made_together_share_one_sacct_and_squeue_and_each
             await hook.acancel(job)
 
 
+async def test_submissions_made_together_share_one_session_and_each_gets_its_own_job(hook, workdir):
+    """A triggerer starting many tasks submits them at once: they reach the login host in one session, each with
+    its own script and secrets sidecar, and one refused (a missing input) leaves the others their jobs."""
+    base = f"npa-batch-{uuid.uuid4().hex[:8]}"
+    key = (await hook.aconfig()).pool_key
+
+    def submit(i: int, required: tuple[str, ...] = ()):
+        script = f"{workdir}/{base}-{i}.sbatch"
+        files = [
+            StagedFile(script, f"#!/bin/bash\necho {i}\n".encode(), 0o700),
+            StagedFile(f"{workdir}/{base}-{i}.env", f"SECRET={i}-{base}\n".encode(), 0o600),
+        ]
+        args = ["--partition=cpu", f"--output={workdir}/%j.out", "--time=2", "--hold", f"--job-name={base}-{i}"]
+        return hook.astage_and_submit(files, script, sbatch_args=args, required_paths=required)
+
+    batches = ssh.loop_pool().submissions
+    calls_before = batches[key].calls if key in batches else 0
+    results = await asyncio.gather(
+        *(submit(i) for i in range(5)), submit(5, (f"{workdir}/absent",)), return_exceptions=True
+    )
+    jobs = [r.job_id for r in results[:5] if not isinstance(r, BaseException)]
+    try:
+        assert batches[key].calls - calls_before == 1
+        assert len(jobs) == 5, results
+        assert isinstance(results[5], NpaValidationError) and "absent" in str(results[5])
+        found = await hook.afind_jobs_by_name([f"{base}-{i}" for i in range(6)])
+        assert sorted((info.job_name, info.job_id) for info in found) == [(f"{base}-{i}", jobs[i]) for i in range(5)]
+        for i in range(5):
+            data, _ = await aread_from(hook, f"{workdir}/{base}-{i}.env", 0)
+            assert data == f"SECRET={i}-{base}\n".encode()
+        assert not await hook.apath_exists(f"{workdir}/{base}-5.sbatch")
+    finally:
+        for job in jobs:
+            await hook.acancel(job)
+
+
 async def test_one_pooled_connection_per_loop(slurm_cluster):
     pool_before = ssh.loop_pool().connects
     hooks = [SlurmHook("slurm_default") for _ in range(5)]

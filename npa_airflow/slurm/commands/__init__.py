@@ -38,7 +38,7 @@ from npa_airflow.slurm.commands.cluster_parsers import (
     parse_scontrol_nodes,
     parse_slurm_minutes,
 )
-from npa_airflow.slurm.commands.frame_parsers import parse_batch, parse_tail_logs
+from npa_airflow.slurm.commands.frame_parsers import parse_batch, parse_batch_frames, parse_tail_logs
 from npa_airflow.slurm.commands.parsers import (
     may_run_again,
     merge_live_states,
@@ -124,6 +124,7 @@ __all__ = [
     "merge_pending_states",
     "parse_alloc_tres",
     "parse_batch",
+    "parse_batch_frames",
     "parse_cancel_origin",
     "parse_exit_code",
     "parse_gres_gpus",

@@ -46,19 +46,29 @@ def parse_tail_logs(stdout: bytes, requests: Sequence[tuple[str, int]]) -> list[
 
 def parse_batch(stdout: bytes, count: int) -> list[tuple[int, bytes, bytes]]:
     """(exit status, stdout, stderr) of each of the ``count`` commands of :func:`builders.build_batch`."""
+    if records.BATCH_MARK.encode() + b" " not in stdout:
+        raise NpaParseError(f"batched command output has no frames: {quote_output(stdout)}")
+    results, ended = parse_batch_frames(stdout, count)
+    if len(results) < count:
+        raise NpaParseError(
+            f"batched command output ended or broke at command #{len(results)} of {count}: {quote_output(stdout)}"
+        )
+    if not ended:
+        raise NpaParseError(f"batched command output is missing its end marker: {quote_output(stdout)}")
+    return results
+
+
+def parse_batch_frames(stdout: bytes, count: int) -> tuple[list[tuple[int, bytes, bytes]], bool]:
+    """The whole frames at the start of a batch's output, in order (fewer than ``count`` when it was cut: a batch
+    of submissions tells what each command that finished answered), and whether the end marker followed."""
     lines = stdout.split(b"\n")
     mark = records.BATCH_MARK.encode() + b" "
-    try:
-        pos = next(i for i, line in enumerate(lines) if line.startswith(mark))
-    except StopIteration:
-        raise NpaParseError(f"batched command output has no frames: {quote_output(stdout)}") from None
+    pos = next((i for i, line in enumerate(lines) if line.startswith(mark)), len(lines))
     results: list[tuple[int, bytes, bytes]] = []
     for index in range(count):
         header = lines[pos].decode("ascii", "replace").split() if pos < len(lines) else []
-        if len(header) != 3 or header[0] != records.BATCH_MARK or header[1] != str(index) or pos + 2 >= len(lines):
-            raise NpaParseError(
-                f"batched command output ended or broke at command #{index} of {count}: {quote_output(stdout)}"
-            )
+        if len(header) != 3 or header[0] != records.BATCH_MARK or header[1] != str(index) or pos + 3 >= len(lines):
+            return results, False  # a frame is whole once the line after its stderr has begun
         try:
             results.append(
                 (
@@ -70,6 +80,4 @@ def parse_batch(stdout: bytes, count: int) -> list[tuple[int, bytes, bytes]]:
         except (ValueError, binascii.Error) as exc:
             raise NpaParseError(f"bad frame for batched command #{index}: {quote_output(lines[pos])}") from exc
         pos += 3
-    if pos >= len(lines) or lines[pos].strip() != records.BATCH_END.encode():
-        raise NpaParseError(f"batched command output is missing its end marker: {quote_output(stdout)}")
-    return results
+    return results, pos < len(lines) and lines[pos].strip() == records.BATCH_END.encode()

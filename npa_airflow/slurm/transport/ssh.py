@@ -72,6 +72,8 @@ class ConnectionPool:
         self.reads: dict[str, Coalescer[str, CommandResult]] = {}
         # Lookups of jobs by name, gathered alike into one sacct and one squeue (keyed by connection, cluster, user).
         self.name_lookups: dict[tuple[str, str | None, str], Coalescer[str, list[Any]]] = {}
+        # Submissions (stage + sbatch), gathered alike into batches of one session each (keyed by connection).
+        self.submissions: dict[str, Coalescer[Any, Any]] = {}
 
 
 _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ConnectionPool] = weakref.WeakKeyDictionary()

@@ -1,6 +1,8 @@
 """Staging files and submitting a job on a login host, each in ONE round trip: inputs checked, directories made,
 files written atomically with their modes, then sbatch (never retried: a connection lost while it ran is reported
-as ambiguous and the operator reconciles by job name). Mixed into `AsyncSlurmHook`.
+as ambiguous and the operator reconciles by job name). Submissions that callers on one event loop make while
+another runs (a triggerer starting many tasks) go to the login host together, one session for up to
+SUBMISSIONS_PER_BATCH of them (`npa_airflow.slurm.submit.submit_batch`). Mixed into `AsyncSlurmHook`.
 
 The shell is built in :mod:`npa_airflow.slurm.submit.staging`; what a lost connection means for a command in
 :mod:`npa_airflow.slurm.transport.ssh`.
@@ -8,9 +10,12 @@ The shell is built in :mod:`npa_airflow.slurm.submit.staging`; what a lost conne
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from npa_airflow.common.coalesce import Coalescer
 from npa_airflow.common.remote_errors import sbatch_outcome_unknown
 from npa_airflow.exceptions import NpaAmbiguousSubmission, NpaConnectionError, NpaRemoteError, NpaValidationError
 from npa_airflow.slurm import commands
@@ -22,11 +27,33 @@ from npa_airflow.slurm.submit.staging import (
     build_submit,
     parse_stage_output,
 )
-from npa_airflow.slurm.transport.ssh import StdinRefusedConnectionError
+from npa_airflow.slurm.submit.submit_batch import build_submit_batch
+from npa_airflow.slurm.transport.ssh import (
+    MAX_COMMAND_BYTES,
+    CommandResult,
+    StdinRefusedConnectionError,
+    loop_pool,
+)
 
 if TYPE_CHECKING:
     from npa_airflow.slurm.transport.connection import SlurmConnectionConfig
-    from npa_airflow.slurm.transport.ssh import CommandResult
+
+SUBMIT_TIMEOUT = 180.0  # one submission's session; a batch's grows by SUBMIT_TIMEOUT_PER_EXTRA per submission
+SUBMIT_TIMEOUT_PER_EXTRA = 15.0
+SUBMISSIONS_PER_BATCH = 16  # the triggerer's start threads (`slurm.start_trigger`): all that can wait at once
+SUBMIT_BATCH_BYTES = MAX_COMMAND_BYTES // 2
+SUBMIT_BATCHES_AT_ONCE = 2  # a batch held by a slow session leaves the other to serve the submissions after it
+
+
+@dataclass(eq=False)  # one submission, compared by identity: two equal commands are still two jobs
+class _Submission:
+    command: str
+    stdin: bytes = field(repr=False)
+    script_path: str
+    hook: SubmitCommands  # whose connection runs it (those of one batch share the connection's identity)
+
+
+Answer = CommandResult | Exception  # what the login host answered, or why the submission failed or may exist
 
 
 class SubmitCommands:
@@ -94,19 +121,69 @@ class SubmitCommands:
         return sbatch_args, cancel
 
     async def _run_submission(self, command: str, stdin: bytes, script_path: str) -> CommandResult:
-        """Run it once; a lost connection or a timeout is an ambiguous submission unless sbatch certainly never ran."""
+        """Run it once, alone or in a batch with the submissions other callers on this loop make meanwhile; a lost
+        connection or a timeout is an ambiguous submission unless sbatch certainly never ran."""
+        pool, key = loop_pool(), (await self.aconfig()).pool_key
+        batches = pool.submissions.get(key)
+        if batches is None:  # gather=0: a lone submission waits for nobody; those that come while one runs go together
+            batches = pool.submissions[key] = Coalescer(_submit_batch, gather=0.0, concurrent=SUBMIT_BATCHES_AT_ONCE)
+        answer = await batches.get(_Submission(command, stdin, script_path, self))
+        if isinstance(answer, Exception):
+            raise answer
+        assert answer is not None  # every submission of a batch gets its answer
+        return answer
+
+    async def _submit_group(self, group: list[_Submission]) -> list[Answer]:
+        if len(group) == 1:
+            return [await self._submit_alone(group[0])]
+        command, stdin = build_submit_batch([(each.command, each.stdin) for each in group])
+        timeout = SUBMIT_TIMEOUT + SUBMIT_TIMEOUT_PER_EXTRA * (len(group) - 1)
         try:
-            result = await self.arun(command, stdin=stdin, check=False, idempotent=False, timeout=180)
+            result = await self.arun(command, stdin=stdin, check=False, idempotent=False, timeout=timeout)
+        except NpaValidationError as exc:  # refused before anything was sent
+            return [exc for _ in group]
+        except Exception as exc:  # lost or timed out: any of them may have run sbatch (stdin read or not)
+            return [
+                _caused(
+                    NpaAmbiguousSubmission(
+                        f"submission of {each.script_path} in a batch of {len(group)} did not finish: {exc}"
+                    ),
+                    exc,
+                )
+                for each in group
+            ]
+        frames, _ = commands.parse_batch_frames(result.stdout, len(group))
+        answers: list[Answer] = [CommandResult(out, err, rc, result.host) for rc, out, err in frames]
+        for each in group[len(frames) :]:
+            answers.append(
+                NpaAmbiguousSubmission(
+                    f"a batch of {len(group)} submissions on {result.host} ended (exit {result.returncode}) "
+                    f"before the answer for {each.script_path}: {result.error_text[-1000:]}"
+                )
+            )
+        return answers
+
+    async def _submit_alone(self, each: _Submission) -> Answer:
+        try:
+            return await self.arun(
+                each.command, stdin=each.stdin, check=False, idempotent=False, timeout=SUBMIT_TIMEOUT
+            )
         except StdinRefusedConnectionError as exc:  # every file (the script too) is read before sbatch runs
-            raise NpaRemoteError(
-                f"the login host closed the session for {script_path} before reading the staged files, then the "
-                f"connection was lost; sbatch never ran: {exc}"
-            ) from exc
+            return _caused(
+                NpaRemoteError(
+                    f"the login host closed the session for {each.script_path} before reading the staged files, then "
+                    f"the connection was lost; sbatch never ran: {exc}"
+                ),
+                exc,
+            )
         except NpaConnectionError as exc:
-            raise NpaAmbiguousSubmission(f"connection lost during submission of {script_path}: {exc}") from exc
+            return _caused(
+                NpaAmbiguousSubmission(f"connection lost during submission of {each.script_path}: {exc}"), exc
+            )
         except NpaRemoteError as exc:  # timed out: sbatch may have created the job
-            raise NpaAmbiguousSubmission(f"submission of {script_path} did not finish: {exc}") from exc
-        return result
+            return _caused(NpaAmbiguousSubmission(f"submission of {each.script_path} did not finish: {exc}"), exc)
+        except Exception as exc:  # refused before it was sent (NpaValidationError), or a bug: its caller sees it
+            return exc
 
     def _submitted(self, result: CommandResult, script_path: str) -> commands.SubmitResult:
         """What sbatch answered, or the error that says whether the job may exist."""
@@ -160,3 +237,27 @@ class SubmitCommands:
                 f"staging files on {result.host} ended without an exit status before sbatch ran (nothing was "
                 f"submitted): {result.error_text[-2000:]}"
             )
+
+
+async def _submit_batch(submissions: list[_Submission]) -> dict[_Submission, Answer]:
+    """Every submission's answer; never raises (a batch's failure is each submission's own answer)."""
+    groups: list[list[_Submission]] = [[]]
+    size = 0
+    for each in submissions:
+        cost = len(each.command) + 300  # the frame's shell around it
+        if groups[-1] and (len(groups[-1]) == SUBMISSIONS_PER_BATCH or size + cost > SUBMIT_BATCH_BYTES):
+            groups.append([])
+            size = 0
+        groups[-1].append(each)
+        size += cost
+    answers = await asyncio.gather(*(group[0].hook._submit_group(group) for group in groups))
+    return {
+        each: answer
+        for group, got in zip(groups, answers, strict=True)
+        for each, answer in zip(group, got, strict=True)
+    }
+
+
+def _caused(error: Exception, cause: Exception) -> Exception:
+    error.__cause__ = cause
+    return error

@@ -53,6 +53,30 @@ async def test_requests_during_a_call_go_into_the_next_one_and_a_missing_answer_
     assert source.calls == [[1], [-1, 2]]
 
 
+async def test_with_two_concurrent_calls_a_held_call_leaves_the_other_to_serve_the_rest():
+    """A batch of submissions stuck on a slow login-host session must not hold every other one: with
+    concurrent=2 a second call serves what arrives meanwhile, and a third waits for either to end."""
+    held = asyncio.Event()
+
+    async def fetch(keys: list[int]) -> dict[int, int]:
+        calls.append(sorted(keys))
+        if 1 in keys:
+            await held.wait()
+        return {k: k * 10 for k in keys}
+
+    calls: list[list[int]] = []
+    reads = Coalescer(fetch, gather=0.0, concurrent=2)
+    stuck = asyncio.ensure_future(reads.get(1))
+    await asyncio.sleep(0.01)
+    assert await asyncio.wait_for(reads.get(2), 1) == 20  # served beside the held call
+    together = [asyncio.ensure_future(reads.get(k)) for k in (3, 4)]
+    assert [await asyncio.wait_for(t, 1) for t in together] == [30, 40]
+    held.set()
+    assert await stuck == 10
+    assert calls == [[1], [2], [3, 4]]
+    assert sum(1 for r in reads._runners if not r.done()) == 0
+
+
 async def test_a_failed_call_raises_in_each_of_its_callers_only():
     source = Source()
     reads = Coalescer(source.fetch, gather=0.01)
