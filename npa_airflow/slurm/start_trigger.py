@@ -126,13 +126,12 @@ class SlurmStartTrigger(BaseTrigger):
             why = f"the triggerer could not start it: {type(exc).__name__}: {exc}"
         if why is not None or self._wait is None:
             self.log.info("Starting on a worker: %s", why)
-            await until_log_lines_read()
-            yield TriggerEvent({"status": START_ON_WORKER, "message": why})
-            return
-        event = await self._wait_and_end(ti, context)
-        await until_log_lines_read()  # the completion's lines too
+            event = TriggerEvent({"status": START_ON_WORKER, "message": why})
+        else:
+            event = await self._wait_and_end(ti, context)
+        await until_log_lines_read()  # the start's lines and the completion's
         yield event
-        await until_log_lines_read(AFTER_EVENT_SECONDS)
+        await until_log_lines_read(AFTER_EVENT_SECONDS)  # Airflow's "Trigger fired event" line
 
     async def _wait_and_end(self, ti: Any, context: dict[str, Any]) -> TriggerEvent:
         """Wait for the job; end the task here on success, else hand the event to a worker."""

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from npa_airflow.common.log_delivery import AFTER_EVENT_SECONDS, LOG_DELIVERY_SECONDS
 from npa_airflow.common.ownership import TaskView
 from npa_airflow.exceptions import NpaValidationError
 from npa_airflow.slurm import start_trigger
@@ -145,3 +146,34 @@ def test_the_job_s_wait_leaves_the_log_lines_to_the_start_trigger_which_waits_on
     trigger._wait = Wait()
     event = asyncio.run(trigger._wait_and_end(SimpleNamespace(), {}))
     assert seen == [False] and event.payload["status"] == "failed"
+
+
+@pytest.mark.parametrize("path", ["on a worker", "ended here"])
+def test_the_event_waits_for_the_log_lines_before_and_airflows_line_after_it_on_either_path(monkeypatch, path):
+    steps = []
+
+    async def until_read(timeout=LOG_DELIVERY_SECONDS):
+        steps.append(("wait", timeout))
+        return 0.0
+
+    async def run_here(call, *args):
+        return call(*args)
+
+    async def wait_and_end(self, ti, context):
+        return SimpleNamespace(payload={"status": "success"})
+
+    op = SimpleNamespace(start_job=lambda *args: object(), job_name_for_context=lambda context: "name")
+    monkeypatch.setattr(start_trigger, "until_log_lines_read", until_read)
+    monkeypatch.setattr(start_trigger, "in_thread", run_here)
+    monkeypatch.setattr(start_trigger, "rebuild", lambda ti: (op, {}))
+    monkeypatch.setattr(SlurmStartTrigger, "_wait_and_end", wait_and_end)
+    why = "try 2 starts on a worker" if path == "on a worker" else None
+    monkeypatch.setattr(start_trigger, "on_worker_reason", lambda ti: why)
+
+    async def events():
+        async for event in SlurmStartTrigger().run():
+            steps.append(("event", event.payload["status"]))
+
+    asyncio.run(events())
+    ending = START_ON_WORKER if path == "on a worker" else "success"
+    assert steps == [("wait", LOG_DELIVERY_SECONDS), ("event", ending), ("wait", AFTER_EVENT_SECONDS)]
