@@ -108,6 +108,46 @@ def test_connection_dropped_after_sbatch_20_times_yields_exactly_20_adopted_jobs
 
 
 @pytest.mark.slow
+def test_a_batch_cut_after_one_of_its_sbatch_runs_answers_what_it_had_and_leaves_the_rest_ambiguous(
+    slurm_cluster, cluster_ssh, sbatch_drop
+):
+    """Submissions that meet go in one session: when it drops right after the second one's sbatch ran, the first
+    has its job id, and the second and third are ambiguous (to be reconciled by name): none is said refused, so
+    none is submitted twice; the second's job exists."""
+    import asyncio
+
+    from npa_airflow.exceptions import NpaAmbiguousSubmission
+    from npa_airflow.slurm.hook import SlurmHook
+    from npa_airflow.slurm.submit.staging import StagedFile
+
+    arm, drops = sbatch_drop
+    base = f"npa-batch-cut-{uuid.uuid4().hex[:8]}"
+    workdir = f"{slurm_cluster.shared}/tests/{base}"
+    arm(f"{base}-1")
+    hook = SlurmHook("slurm_default")
+
+    def submit(i: int):
+        script = f"{workdir}/{i}.sbatch"
+        body = f"#!/bin/bash\n#SBATCH --job-name={base}-{i}\ntrue\n".encode()
+        args = ["--partition=cpu", f"--output={workdir}/%j.out", "--time=2", "--hold"]
+        return hook.astage_and_submit([StagedFile(script, body, 0o700)], script, sbatch_args=args)
+
+    async def batch():
+        await hook.aconfig()
+        answers = await asyncio.gather(*(submit(i) for i in range(3)), return_exceptions=True)
+        return answers, await hook.afind_jobs_by_name([f"{base}-{i}" for i in range(3)])
+
+    answers, found = asyncio.run(batch())
+    jobs = {info.job_name: info.job_id for info in found}
+    try:
+        assert [name for name, *_ in drops()] == [f"{base}-1"]
+        assert not isinstance(answers[0], BaseException) and answers[0].job_id == jobs[f"{base}-0"]
+        assert all(isinstance(answer, NpaAmbiguousSubmission) for answer in answers[1:]), answers
+        assert f"{base}-1" in jobs and len(found) == len(jobs)  # one job per name: nothing submitted twice
+    finally:
+        cluster_ssh(f"scancel {' '.join(jobs.values())}")
+
+
 def test_task_process_killed_after_submit_next_try_reattaches(slurm_cluster, cluster_ssh, tmp_path):
     """SIGKILL of the worker process right after its job appears: try 2 adopts that job, submits none."""
     kills = 3
