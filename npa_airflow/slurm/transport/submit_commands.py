@@ -136,13 +136,14 @@ class SubmitCommands:
     async def _submit_group(self, group: list[_Submission]) -> list[Answer]:
         if len(group) == 1:
             return [await self._submit_alone(group[0])]
-        command, stdin = build_submit_batch([(each.command, each.stdin) for each in group])
         timeout = SUBMIT_TIMEOUT + SUBMIT_TIMEOUT_PER_EXTRA * (len(group) - 1)
         try:
+            command, stdin = build_submit_batch([(each.command, each.stdin) for each in group])
             result = await self.arun(command, stdin=stdin, check=False, idempotent=False, timeout=timeout)
+            frames, _ = commands.parse_batch_frames(result.stdout, len(group))
         except NpaValidationError as exc:  # refused before anything was sent
             return [exc for _ in group]
-        except Exception as exc:  # lost or timed out: any of them may have run sbatch (stdin read or not)
+        except Exception as exc:  # lost, timed out or garbled: any of them may have run sbatch (stdin read or not)
             return [
                 _caused(
                     NpaAmbiguousSubmission(
@@ -152,7 +153,6 @@ class SubmitCommands:
                 )
                 for each in group
             ]
-        frames, _ = commands.parse_batch_frames(result.stdout, len(group))
         answers: list[Answer] = [CommandResult(out, err, rc, result.host) for rc, out, err in frames]
         for each in group[len(frames) :]:
             answers.append(

@@ -307,3 +307,45 @@ def test_a_session_lost_after_sbatch_could_run_stays_ambiguous(stdout, lost):
     conn = StagingConnection(closed=False, stdout=stdout, exit_status=None, lost=lost)
     with pytest.raises(NpaAmbiguousSubmission):
         _stage(conn)
+
+
+def _frame(index: int, rc: int, out: bytes) -> bytes:
+    return f"NPA-BATCH {index} {rc}\n".encode() + base64.b64encode(out) + b"\n\n"
+
+
+def _submit_two_together(conn: StagingConnection) -> list:
+    """Two submissions made at once on one loop: they go in one batch (one session of ``conn``)."""
+    hook = hook_on(conn)
+
+    async def both():
+        submissions = [
+            hook.astage_and_submit([StagedFile(f"/shared/{i}.sbatch", b"#!/bin/bash\n")], f"/shared/{i}.sbatch")
+            for i in range(2)
+        ]
+        return await asyncio.gather(*submissions, return_exceptions=True)
+
+    return hook._sync(both())
+
+
+@pytest.mark.parametrize(
+    ("closed", "stdout", "exit_status", "lost"),
+    [
+        (False, b"", None, ConnectionResetError("reset")),  # lost while the batch ran
+        (True, b"", None, ConnectionResetError("reset")),  # stdin refused: alone a refusal, in a batch unknown which
+        (False, b"NPA-BATCH 0 0\n%%%\n\n", 0, None),  # a garbled frame
+    ],
+)
+def test_a_batch_that_gave_no_whole_answer_leaves_each_of_its_submissions_ambiguous(closed, stdout, exit_status, lost):
+    conn = StagingConnection(closed=closed, stdout=stdout, exit_status=exit_status, lost=lost)
+    answers = _submit_two_together(conn)
+    assert conn.runs == 1
+    assert [type(answer) for answer in answers] == [NpaAmbiguousSubmission] * 2, answers
+
+
+def test_a_batch_cut_after_its_first_answer_gives_that_answer_and_leaves_the_next_ambiguous():
+    first = f"{SBATCH_BEGIN}\n4242\nNPA_SBATCH_RC 0\n".encode()
+    conn = StagingConnection(closed=False, stdout=_frame(0, 0, first) + b"NPA-BATCH 1", exit_status=None)
+    answers = _submit_two_together(conn)
+    assert conn.runs == 1
+    assert answers[0].job_id == "4242"
+    assert isinstance(answers[1], NpaAmbiguousSubmission) and "/shared/1.sbatch" in str(answers[1])
