@@ -57,23 +57,13 @@ def calls_on(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
         _targets.loop = previous
 
 
-def _target_loop() -> asyncio.AbstractEventLoop:
-    loop = getattr(_targets, "loop", None)
-    if loop is None or not loop.is_running():
-        loop = _background_loop()
-    return loop
-
-
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on the background loop (or the loop of `calls_on`) and wait for its result (from a thread
     without a running loop)."""
-    return asyncio.run_coroutine_threadsafe(coro, _target_loop()).result()
-
-
-def start_soon(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-    """Start ``coro`` where :func:`run_sync` would run it, without waiting: the caller reads the answer later
-    (a start looks up its try names while its cluster checks run)."""
-    return asyncio.run_coroutine_threadsafe(coro, _target_loop())
+    loop = getattr(_targets, "loop", None)
+    if loop is None or not loop.is_running():
+        loop = _background_loop()
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
 def spawn(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:

@@ -7,11 +7,10 @@ method runs its async twin on one private background loop, so a worker's calls s
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Collection, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from npa_airflow.common.background_loop import run_sync, start_soon
+from npa_airflow.common.background_loop import run_sync
 from npa_airflow.slurm import commands
 from npa_airflow.slurm.submit.staging import StagedFile
 from npa_airflow.slurm.transport.async_hook import AsyncSlurmHook
@@ -77,10 +76,6 @@ class SlurmHook(AsyncSlurmHook):
 
     def find_jobs_by_name(self, names: Sequence[str]) -> list[commands.SlurmJobInfo]:
         return self._sync(self.afind_jobs_by_name(names))
-
-    def find_jobs_by_name_soon(self, names: Sequence[str]) -> concurrent.futures.Future[list[commands.SlurmJobInfo]]:
-        """:meth:`find_jobs_by_name` started now, its answer read later with ``result()``."""
-        return start_soon(self.afind_jobs_by_name(names))
 
     def cluster_layout(self) -> tuple[dict[str, Any], dict[str, Any]]:
         return self._sync(self.acluster_layout())

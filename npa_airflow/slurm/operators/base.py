@@ -281,7 +281,6 @@ class SlurmJobOperatorBase(BaseOperator):
             prepare_named=lambda name: self.prepare_job(name, (), env, step),
             segments=self.max_segments + self.max_preemptions,
         )
-        submission.look_up_soon()  # beside the checks' reads: the lookups of the starts that meet share one
         check_on_cluster(hook, job, self.slurm_conn_id, self.log)
         this.handle, this.job = None, job  # on_kill cancels by this job's name until its id is known
         # waiting_try: the try that waits on the job, in the one XCom a trigger's on_kill reads to tell a clear

@@ -7,11 +7,10 @@ across reattaches. An earlier try's job that was cancelled outside Airflow is ne
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from npa_airflow.common.naming import earlier_try_names, legacy_earlier_try_names, segment_job_name, segment_of
@@ -76,7 +75,6 @@ class Submission:
     deployment: Deployment
     on_previous_try: str
     prepare_named: Callable[[str], PreparedJob]
-    _lookup_started: concurrent.futures.Future[list[SlurmJobInfo]] | None = field(default=None, init=False)
 
     @classmethod
     def for_step(
@@ -108,27 +106,10 @@ class Submission:
             prepare_named=prepare_named,
         )
 
-    def look_up_soon(self) -> None:
-        """Start the lookup of the try names that :meth:`run` reads, so that it runs beside the cluster checks
-        made meanwhile (a start waits for one round trip less). A lookup started that way that fails is made
-        again by :meth:`run`, through an outage as usual."""
-        soon = getattr(self.hook, "find_jobs_by_name_soon", None)
-        if soon is not None:
-            self._lookup_started = soon(self.names.all)
-
-    def _looked_up(self) -> list[SlurmJobInfo]:
-        started, self._lookup_started = self._lookup_started, None
-        if started is not None:
-            try:
-                return started.result()
-            except Exception as exc:
-                self.log.info("Looking up earlier tries again: %s", str(exc) or type(exc).__name__)
-        return cluster_read(self.log, "looking up earlier tries", self.hook.find_jobs_by_name, self.names.all)
-
     def run(self) -> SlurmJobHandle:
         """The handle of the job this step waits for: this try's own, an earlier try's, or a new one."""
         hook, job, names = self.hook, self.job, self.names
-        lookup = self._looked_up()
+        lookup = cluster_read(self.log, "looking up earlier tries", hook.find_jobs_by_name, names.all)
         found = self._owned(lookup, names)
         mine = [j for j in found if j.job_name == job.job_name]
         if mine:  # this very try already submitted (its worker, or the triggerer that started it, died after sbatch)

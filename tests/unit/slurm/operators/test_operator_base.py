@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 from datetime import timedelta
 
 import pytest
@@ -483,36 +482,3 @@ def test_a_reattached_job_airflow_cancelled_for_a_clear_is_run_again():
     with pytest.raises(TaskDeferred) as deferred:
         op.execute_complete(context(try_number=2), canceled_event())
     assert deferred.value.trigger.handle.job_id == "42"
-
-
-class LookupSoonHook(HookDouble):
-    """A hook whose lookup by name can be started early (the real one's find_jobs_by_name_soon); `fail` makes the
-    started lookup fail."""
-
-    fail: Exception | None = None
-
-    def find_jobs_by_name_soon(self, names):
-        self.calls.append(("find soon", tuple(names)))
-        started = concurrent.futures.Future()
-        if self.fail is not None:
-            started.set_exception(self.fail)
-        else:
-            started.set_result([j for j in self.existing if j.job_name in names])
-        return started
-
-
-def test_the_lookup_by_name_starts_before_the_cluster_checks_and_its_answer_is_used():
-    hook = LookupSoonHook(existing=[job("55", name(1), JobState.RUNNING)])
-    trigger = run_execute(make_op(hook), context())
-    assert trigger.handle.job_id == "55"  # this try's job, found by the lookup started early: adopted
-    kinds = [c[0] for c in hook.calls]
-    assert kinds.index("find soon") < kinds.index("partitions") and "find" not in kinds
-    assert "submit" not in kinds
-
-
-def test_a_lookup_started_early_that_failed_is_made_again():
-    hook = LookupSoonHook(existing=[job("55", name(1), JobState.RUNNING)])
-    hook.fail = ConnectionError("login host gone")
-    trigger = run_execute(make_op(hook), context())
-    assert trigger.handle.job_id == "55"
-    assert [c[0] for c in hook.calls].count("find") == 1
