@@ -107,7 +107,6 @@ def test_connection_dropped_after_sbatch_20_times_yields_exactly_20_adopted_jobs
     )
 
 
-@pytest.mark.slow
 def test_a_batch_cut_after_one_of_its_sbatch_runs_answers_what_it_had_and_leaves_the_rest_ambiguous(
     slurm_cluster, cluster_ssh, sbatch_drop
 ):
@@ -148,6 +147,7 @@ def test_a_batch_cut_after_one_of_its_sbatch_runs_answers_what_it_had_and_leaves
         cluster_ssh(f"scancel {' '.join(jobs.values())}")
 
 
+@pytest.mark.slow
 def test_task_process_killed_after_submit_next_try_reattaches(slurm_cluster, cluster_ssh, tmp_path):
     """SIGKILL of the worker process right after its job appears: try 2 adopts that job, submits none."""
     kills = 3
