@@ -288,12 +288,19 @@ def build_batch(commands: Sequence[Sequence[str] | str]) -> str:
     """
     if not commands:
         raise NpaValidationError("commands is empty: give at least one command to run")
-    parts = ["d=$(mktemp -d) || exit 1", "trap 'rm -rf \"$d\"' EXIT"]
-    for index, command in enumerate(commands):
-        text = command if isinstance(command, str) else shlex.join(command)
+    return build_frames([command if isinstance(command, str) else shlex.join(command) for command in commands])
+
+
+def build_frames(bodies: Sequence[str], *, feeds: Sequence[str] | None = None, prelude: Sequence[str] = ()) -> str:
+    """The shell of a batch: after ``prelude``, each of ``bodies`` (shell text) runs in its own subshell, its
+    stdin empty or, with ``feeds``, the output of its feed command; then its frame (exit status, stdout, stderr
+    base64), and an end marker after the last. ``parse_batch`` and ``parse_batch_frames`` read it."""
+    parts = ["d=$(mktemp -d) || exit 1", "trap 'rm -rf \"$d\"' EXIT", *prelude]
+    for index, body in enumerate(bodies):
+        run = f'(\n{body}\n) >"$d/o" 2>"$d/e"'
+        run = f"{feeds[index]} | {run}" if feeds is not None else f"{run} </dev/null"
         parts.append(
-            f'(\n{text}\n) >"$d/o" 2>"$d/e" </dev/null; printf "{BATCH_MARK} {index} %s\\n" "$?"; '
-            'base64 -w0 "$d/o"; echo; base64 -w0 "$d/e"; echo'
+            f'{run}; printf "{BATCH_MARK} {index} %s\\n" "$?"; base64 -w0 "$d/o"; echo; base64 -w0 "$d/e"; echo'
         )
     parts.append(f"echo {BATCH_END}")
     return "; ".join(parts)

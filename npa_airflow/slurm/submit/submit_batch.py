@@ -1,5 +1,6 @@
 """Pure builder: several submissions (each a command and stdin of :func:`staging.build_submit`) in ONE remote
-shell command, run one after another, each answering in its own frame (`commands.build_batch`'s format).
+shell command, run one after another, each answering in its own frame (`commands.build_frames`, the shell of
+`commands.build_batch`'s reads too).
 
 Each submission's stdin (one base64 line per staged file) travels in the batch's stdin, every line tagged with
 its submission's index and its own number. Before a submission runs, a feeder reads exactly its lines with the
@@ -12,11 +13,10 @@ is ever written from another file's line.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 
 from npa_airflow.exceptions import NpaValidationError
-from npa_airflow.slurm.commands.records import BATCH_END, BATCH_MARK
+from npa_airflow.slurm.commands.builders import build_frames
 
 # feed INDEX COUNT: COUNT lines of stdin tagged "INDEX.0 ", "INDEX.1 ", ... to stdout, untagged. SIGPIPE ignored:
 # a submission that stopped reading does not stop the feeder, which must take its lines off the shared stdin.
@@ -39,14 +39,7 @@ def build_submit_batch(submissions: Sequence[tuple[str, bytes]]) -> tuple[str, b
     """Command and stdin that run ``submissions`` in turn; ``commands.parse_batch_frames`` reads the answers."""
     if not submissions:
         raise NpaValidationError("submissions is empty: give at least one submission to run")
-    parts = ["d=$(mktemp -d) || exit 1", "trap 'rm -rf \"$d\"' EXIT", _FEEDER]
-    stdin = b""
-    for index, (command, own_stdin) in enumerate(submissions):
-        tagged, count = _tagged(index, own_stdin)
-        stdin += tagged
-        parts.append(
-            f'feed {index} {count} | (\n{command}\n) >"$d/o" 2>"$d/e"; '
-            f'printf "{BATCH_MARK} {index} %s\\n" "$?"; base64 -w0 "$d/o"; echo; base64 -w0 "$d/e"; echo'
-        )
-    parts.append(f"echo {shlex.quote(BATCH_END)}")
-    return "\n".join(parts), stdin
+    tagged = [_tagged(index, own_stdin) for index, (_, own_stdin) in enumerate(submissions)]
+    feeds = [f"feed {index} {count}" for index, (_, count) in enumerate(tagged)]
+    command = build_frames([command for command, _ in submissions], feeds=feeds, prelude=[_FEEDER])
+    return command, b"".join(lines for lines, _ in tagged)
