@@ -33,6 +33,7 @@ from npa_airflow.slurm.transport.ssh import (
     RepeatableConnectionError,
     StdinRefusedConnectionError,
     as_bytes,
+    groups_below,
     login_shell_command,
     loop_pool,
     open_connection,
@@ -256,15 +257,7 @@ class AsyncSlurmHook(ConfiguredHook[SlurmConnectionConfig], CancelCommands, Acco
     async def _read_batch(self, texts: list[str]) -> dict[str, CommandResult]:
         """One round trip, or one per READ_BATCH_BYTES of commands at once: many callers' reads stay below the
         login host's limit on one command."""
-        groups: list[list[str]] = [[]]
-        size = 0
-        for text in texts:
-            cost = len(text) + BATCH_FRAME_BYTES
-            if groups[-1] and size + cost > READ_BATCH_BYTES:
-                groups.append([])
-                size = 0
-            groups[-1].append(text)
-            size += cost
+        groups = groups_below(texts, lambda text: len(text) + BATCH_FRAME_BYTES, READ_BATCH_BYTES)
         answers = await asyncio.gather(*(self.arun_batch(group) for group in groups))
         answered = zip(groups, answers, strict=True)
         return {text: result for group, results in answered for text, result in zip(group, results, strict=True)}

@@ -13,6 +13,7 @@ import base64
 import logging
 import os
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -194,6 +195,21 @@ def as_bytes(value: bytes | str | None) -> bytes:
     if value is None:
         return b""
     return value if isinstance(value, bytes) else value.encode()
+
+
+def groups_below(items: Sequence[T], size: Callable[[T], int], limit: int, most: int | None = None) -> list[list[T]]:
+    """``items`` in order, in groups whose sizes add up to at most ``limit`` (a larger item alone) and of at most
+    ``most`` items: the commands one batch sends stay below the login host's limit on one argument."""
+    groups: list[list[T]] = [[]]
+    total = 0
+    for item in items:
+        cost = size(item)
+        if groups[-1] and (total + cost > limit or len(groups[-1]) == most):
+            groups.append([])
+            total = 0
+        groups[-1].append(item)
+        total += cost
+    return groups
 
 
 def login_shell_command(script: str) -> str:

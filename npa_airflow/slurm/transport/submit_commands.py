@@ -32,6 +32,7 @@ from npa_airflow.slurm.transport.ssh import (
     MAX_COMMAND_BYTES,
     CommandResult,
     StdinRefusedConnectionError,
+    groups_below,
     loop_pool,
 )
 
@@ -241,15 +242,9 @@ class SubmitCommands:
 
 async def _submit_batch(submissions: list[_Submission]) -> dict[_Submission, Answer]:
     """Every submission's answer; never raises (a batch's failure is each submission's own answer)."""
-    groups: list[list[_Submission]] = [[]]
-    size = 0
-    for each in submissions:
-        cost = len(each.command) + 300  # the frame's shell around it
-        if groups[-1] and (len(groups[-1]) == SUBMISSIONS_PER_BATCH or size + cost > SUBMIT_BATCH_BYTES):
-            groups.append([])
-            size = 0
-        groups[-1].append(each)
-        size += cost
+    groups = groups_below(  # 300: the frame's shell around each
+        submissions, lambda each: len(each.command) + 300, SUBMIT_BATCH_BYTES, SUBMISSIONS_PER_BATCH
+    )
     answers = await asyncio.gather(*(group[0].hook._submit_group(group) for group in groups))
     return {
         each: answer
